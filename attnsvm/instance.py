@@ -105,7 +105,7 @@ class Instance:
         bad = np.flatnonzero(np.abs(Y) != 1.0)
         if bad.size:
             raise InvalidInstanceError(
-                f"Y must hold labels +1 or -1; Y[{bad[0]}] = {Y[bad[0]]!r}. Map {{0, 1}} labels with 2*y - 1."
+                f"Y must hold labels +1 or -1; Y[{bad[0]}] = {float(Y[bad[0]])!r}. Map {{0, 1}} labels with 2*y - 1."
             )
         v = as_real_array(self.v, "v", ndim=1)
         if v.shape != (d,):
