@@ -20,11 +20,35 @@ from .errors import (
 from .grad import GradDirection, normalized_risk_grad, risk, risk_grad, risk_grad_textbook
 from .instance import FAMILIES, Instance, random_instance
 from .losses import LOSSES, Loss, LossAssumptions, get_loss
+from .svm import (
+    SVM_METHODS,
+    SVM_NORMS,
+    InfeasibleMinNormError,
+    KKTResiduals,
+    LocalOptimalityReport,
+    MinNormSolution,
+    SVMSolution,
+    is_locally_optimal,
+    local_optimality_report,
+    min_norm_dual,
+    solve_svm,
+)
 from .tensor import svm_constraints, svm_gram, svm_margins, svm_rows, unvec, unvec_rowmajor, vec, vec_rowmajor
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "SVM_METHODS",
+    "SVM_NORMS",
+    "InfeasibleMinNormError",
+    "KKTResiduals",
+    "LocalOptimalityReport",
+    "MinNormSolution",
+    "SVMSolution",
+    "is_locally_optimal",
+    "local_optimality_report",
+    "min_norm_dual",
+    "solve_svm",
     "AttnSVMError",
     "FAMILIES",
     "GradDirection",

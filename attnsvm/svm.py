@@ -1,0 +1,1047 @@
+"""Att-SVM solvers with certificates: matrix primal, tensor-trick vector program, factorised dual.
+
+For a token choice ``α`` (one index per sequence) the attention SVM is
+
+    W_mm(α) = argmin ||W||_F   s.t.   Δ_itᵀ W z_i ≥ 1   for all t ≠ α_i, all i,   Δ_it = x_iα_i − x_it.
+
+With the tensor trick (column-major ``vec``, :mod:`attnsvm.tensor`) it is the least-norm program
+``min ||w||₂ s.t. A w ≥ 1`` with rows ``a_it = z_i ⊗ Δ_it``; its dual
+
+    max_λ 1ᵀλ − ½ λᵀKλ,  λ ≥ 0,      K = AAᵀ,  K[(i,t),(j,u)] = (z_i·z_j)(Δ_it·Δ_ju),
+
+needs nothing of size ``d²``, and ``W = Σ λ_it Δ_it z_iᵀ``.
+
+Methods of :func:`solve_svm` (``norm="fro"``): ``"primal"`` (cvxpy matrix program), ``"vector"``
+(cvxpy on ``A = svm_rows``), ``"dual"`` (the factorised dual, solved exactly) and ``"auto"``
+(the dual). Conic solvers are accurate to only ~1e-4..1e-6 relative here, and a duality gap alone
+bounds the error of ``W`` by about ``√gap``; so **every** Frobenius method ends with the same exact
+active-set step (:func:`min_norm_dual`): the rows believed active are solved as equalities by an
+SVD least-norm solve on an exact factor of the Gram matrix, the step is repeated (rows with
+negative multipliers dropped, violated rows added) until ``λ_S ≥ 0`` and every other row has
+slack, with a Lawson–Hanson NNLS (the dual solved as a least-distance program) as the fallback
+and as the dual method's own starting point. The result carries its KKT residuals and the
+error bound ``cond(K_S)·eps``; it is *certified* when that bound and the residuals are below
+:data:`CERTIFY_RTOL` (1e-9 relative).
+
+``norm="nuc"`` solves ``min ||W||_*`` under the same constraints with cvxpy + Clarabel (an SDP),
+rescales ``W`` to restore exact feasibility, and certifies its objective by a dual lower bound.
+
+:func:`min_norm_dual` is the reusable exact core: given only a Gram matrix ``K = AAᵀ`` and a
+right-hand side ``b`` it solves ``min ½||w||² s.t. a_rᵀw = b_r (r ∈ E), a_rᵀw ≥ b_r (r ∉ E)``.
+
+References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (Att-SVM, support tokens,
+local optimality); Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596; Gao, Song, Xie,
+arXiv 2307.02419 (tensor trick); Lawson & Hanson, *Solving Least Squares Problems* (1974),
+ch. 23 (least-distance programming through NNLS).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.optimize
+from numpy.typing import ArrayLike, NDArray
+
+from .errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, SolverError, unknown_name
+from .instance import TIE_RTOL, Instance, as_real_array
+from .tensor import SVMConstraints, svm_constraints, svm_rows
+
+__all__ = [
+    "SVM_METHODS",
+    "SVM_NORMS",
+    "CERTIFY_RTOL",
+    "SUPPORT_RTOL",
+    "MULTIPLIER_RTOL",
+    "ROUNDING_RTOL",
+    "NUC_FEAS_TOL",
+    "KKTResiduals",
+    "MinNormSolution",
+    "InfeasibleMinNormError",
+    "min_norm_dual",
+    "SVMSolution",
+    "solve_svm",
+    "LocalOptimalityReport",
+    "local_optimality_report",
+    "is_locally_optimal",
+]
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.intp]
+Pairs = tuple[tuple[int, int], ...]
+
+SVM_METHODS = ("auto", "primal", "vector", "dual")
+SVM_NORMS = ("fro", "nuc")
+
+EPS = float(np.finfo(np.float64).eps)
+
+#: Target accuracy: a Frobenius solution is *certified* when ``cond(K_S)·eps`` (the first-order
+#: bound on the relative error of the least-norm solve on the support) and every relative KKT
+#: residual are at most this.
+CERTIFY_RTOL = 1e-9
+
+#: A row is *active* (a support constraint) when ``|a_rᵀw − b_r| ≤ SUPPORT_RTOL·(|b_r| + ||a_r||·||w||)``.
+#: Justification: the solution is certified to 1e-9 relative, so no slack below that is
+#: distinguishable from 0, while inactive slacks of generic instances are O(1).
+SUPPORT_RTOL = 1e-9
+
+#: A multiplier with ``λ_r ≤ MULTIPLIER_RTOL·max λ`` counts as 0 (a *weakly active* row when its
+#: slack is also 0); a negative one above ``−MULTIPLIER_RTOL·max λ`` is rounding, not a wrong
+#: active set. Multipliers are computed to ``cond(K_S)·eps`` relative, which certification caps at 1e-9.
+MULTIPLIER_RTOL = 1e-9
+
+#: Rounding level of a margin ``a_rᵀw`` relative to ``|b_r| + ||a_r||·||w||``: dot products of
+#: length ``k`` and a backward-stable least-norm solve have relative error ``≤ k·eps``, which
+#: is ``≤ 1e-12`` for factor widths ``k ≤ 4500`` (the exact factor has width ``≤ m``, the row count).
+#: Slacks above ``−ROUNDING_RTOL`` are feasible to working precision.
+ROUNDING_RTOL = 1e-12
+
+#: Declare infeasibility when the least-norm solution of the row-normalised problem (unit rows,
+#: ``max|b| = 1``) would exceed this norm: then ``cond(K_S) ≥ INFEASIBLE_NORM²/m ≈ 1e14/m``, beyond what
+#: float64 can certify, and the NNLS residual that separates the two cases (``1/(1+||w||²)``) is at
+#: the rounding level. The error message then quotes the certified lower bound on any feasible norm.
+INFEASIBLE_NORM = 1e7
+
+#: The nuclear-norm solution is feasible to this (its minimum margin is ``≥ 1 − NUC_FEAS_TOL``);
+#: rescaling by the minimum margin makes it ``1`` up to rounding.
+NUC_FEAS_TOL = 1e-7
+
+#: Support of the nuclear-norm solution: margins within this of 1. Clarabel's default
+#: feasibility and gap tolerances are 1e-8; margins of the rescaled solution carry errors of that order
+#: times the conditioning, so 1e-6 separates active from inactive (O(1) slack) rows.
+NUC_SUPPORT_TOL = 1e-6
+
+#: Rows whose raw conic-solver margin is within this of 1 seed the active-set step. Conic solvers
+#: here are accurate to ~1e-4 relative (Clarabel, d = 128: 3.7e-4); a wrong seed costs extra
+#: active-set iterations, never correctness (the final KKT check decides).
+HINT_SLACK = 1e-3
+
+#: Beyond this many entries the compressed exact factor (``m × rank(Δ)·rank(z)``) is not formed and
+#: the Gram matrix is factorised by an eigendecomposition instead (accuracy ``cond(K)·eps`` instead
+#: of ``cond(A)·eps``).
+MAX_FACTOR_ENTRIES = 2**23
+
+#: Symmetry / PSD checks of a user Gram matrix: entries are inner products with rounding
+#: ``≤ k·eps·||a||·||b||``; 1e-10 relative admits inner products of length up to ~4e5.
+GRAM_RTOL = 1e-10
+
+
+# =============================================================================== results
+@dataclass(frozen=True)
+class KKTResiduals:
+    """Relative KKT residuals of ``min ½||w||² s.t. a_rᵀw ≥ b_r`` (or ``= b_r``) at ``(w, λ)``.
+
+    Attributes:
+      primal_feasibility: ``max_r max(0, b_r − a_rᵀw) / (|b_r| + ||a_r||·||w||)`` (``|·|`` on equality rows).
+      dual_feasibility: ``max(0, −min_r λ_r) / max|λ|`` over inequality rows (before clipping to 0).
+      stationarity: ``||w − Aᵀλ|| / ||w||`` (for Att-SVM ``||W − Σ λ_it Δ_it z_iᵀ||_F / ||W||_F``).
+      complementary_slackness: ``max_r (|λ_r| / max|λ|)·|a_rᵀw − b_r| / (|b_r| + ||a_r||·||w||)``.
+      duality_gap: ``|½||w||² − (bᵀλ − ½||Aᵀλ||²)| / (½||w||²)``.
+    """
+
+    primal_feasibility: float
+    dual_feasibility: float
+    stationarity: float
+    complementary_slackness: float
+    duality_gap: float
+
+    def max(self) -> float:
+        """Largest residual."""
+        return max(
+            self.primal_feasibility,
+            self.dual_feasibility,
+            self.stationarity,
+            self.complementary_slackness,
+            self.duality_gap,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class MinNormSolution:
+    """Result of :func:`min_norm_dual`.
+
+    Attributes:
+      multipliers: ``λ``, shape ``(m,)``; ``≥ 0`` on inequality rows; ``w = Aᵀλ``.
+      support: indices of the active rows (``a_rᵀw = b_r`` to :data:`SUPPORT_RTOL`), equality rows included.
+      weakly_active: indices of active inequality rows with ``λ_r = 0`` (a subset of ``support``).
+      margins: ``a_rᵀw = (Kλ)_r``, shape ``(m,)``, computed from the primal coordinates.
+      coords: the primal solution in the factor's coordinates, shape ``(k,)``: when ``A = L Pᵀ`` with
+        ``P`` orthonormal columns and ``L`` the factor used (``factor`` argument), ``w = P·coords``.
+      factor: the factor ``L`` (``LLᵀ = K``) that ``coords`` refers to, shape ``(m, k)``.
+      norm: ``||w||₂``.
+      kkt: relative :class:`KKTResiduals`.
+      error_bound: ``cond(K_S)·eps``, first-order bound on the relative error of ``w``.
+      certified: ``error_bound`` and every KKT residual are ``≤ CERTIFY_RTOL``.
+      method: how the active set was found (``"active-set"`` from the hint, ``"nnls+active-set"``,
+        or ``"nnls"`` when the refinement failed and the NNLS point is returned uncertified).
+      iterations: active-set iterations used.
+    """
+
+    multipliers: FloatArray
+    support: IntArray
+    weakly_active: IntArray
+    margins: FloatArray
+    coords: FloatArray
+    factor: FloatArray
+    norm: float
+    kkt: KKTResiduals
+    error_bound: float
+    certified: bool
+    method: str
+    iterations: int
+
+
+class InfeasibleMinNormError(InfeasibleSVMError):
+    """The constraints cannot all hold; carries a Farkas certificate.
+
+    ``certificate`` (shape ``(m,)``, ``≥ 0`` on inequality rows) satisfies ``Aᵀc ≈ 0`` and
+    ``bᵀc > 0``, so ``bᵀc ≤ cᵀAw = (Aᵀc)ᵀw`` would need ``||w|| ≥ bᵀc / ||Aᵀc||`` = ``norm_bound``
+    (``inf`` when ``Aᵀc = 0`` exactly). ``rows`` lists the rows with ``c_r ≠ 0``.
+    """
+
+    def __init__(self, message: str, certificate: FloatArray, norm_bound: float) -> None:
+        super().__init__(message)
+        self.certificate = certificate
+        self.norm_bound = norm_bound
+        self.rows = np.flatnonzero(certificate != 0)
+
+
+@dataclass(frozen=True, eq=False)
+class SVMSolution:
+    """Result of :func:`solve_svm`.
+
+    Attributes:
+      W: the solution, shape ``(d, d)``.
+      alpha: the token choice, shape ``(n,)``.
+      norm: ``"fro"`` or ``"nuc"``.
+      method: the method that ran (``"primal"``, ``"vector"``, ``"dual"``; ``"auto"`` resolved).
+      solver: what produced it, e.g. ``"cvxpy/CLARABEL + active-set"``.
+      objective: ``||W||_F`` (fro) or ``||W||_*`` (nuc).
+      pairs: ``(m, 2)`` array of ``(i, t)``, the rows of ``svm_rows(inst, alpha)`` in order.
+      margins: ``Δ_itᵀ W z_i`` per row, shape ``(m,)``, computed from ``W``.
+      duals: multipliers of ``min ½||W||_F²``, aligned with ``pairs`` (``vec(W) = svm_rowsᵀ·duals``);
+        ``None`` for ``norm="nuc"``. Not unique when the Gram matrix is singular: compare ``W``.
+      support: active constraints ``(i, t)`` (margin 1 to :data:`SUPPORT_RTOL`; nuc:
+        :data:`NUC_SUPPORT_TOL`), weakly active ones included.
+      weakly_active: the support pairs with multiplier 0 (fro only; ``()`` for nuc).
+      kkt: relative :class:`KKTResiduals` of the Frobenius problem (``None`` for nuc).
+      error_bound: fro: ``cond(K_S)·eps``; nuc: the relative optimality gap certified by a dual
+        feasible point, ``(||W||_* − lower bound)/||W||_*``.
+      certified: fro: ``error_bound`` and the KKT residuals are ``≤ CERTIFY_RTOL``; nuc: ``False``.
+      raw_rel_error: ``||W_raw − W||_F/||W||_F`` of the conic solver's own answer (primal/vector;
+        ``None`` for dual and nuc).
+      iterations: active-set iterations (0 for nuc).
+      timings: seconds spent per stage (``"solver"``, ``"active_set"``, ``"total"``).
+    """
+
+    W: FloatArray
+    alpha: IntArray
+    norm: str
+    method: str
+    solver: str
+    objective: float
+    pairs: IntArray
+    margins: FloatArray
+    duals: FloatArray | None
+    support: Pairs
+    weakly_active: Pairs
+    kkt: KKTResiduals | None
+    error_bound: float
+    certified: bool
+    raw_rel_error: float | None
+    iterations: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _ro(a: NDArray[Any]) -> NDArray[Any]:
+    """A read-only copy (a fresh array the caller cannot share with anything else)."""
+    a = np.array(a, copy=True)
+    a.setflags(write=False)
+    return a
+
+
+def _ro_own(a: NDArray[Any]) -> NDArray[Any]:
+    """Mark a freshly computed array read-only without copying it (d² arrays at d = 1024)."""
+    a.setflags(write=False)
+    return a
+
+
+# ========================================================================== exact core
+@dataclass(frozen=True)
+class _Core:
+    u: FloatArray  # (k,) primal coordinates, original scaling
+    lam: FloatArray  # (m,) multipliers (raw; may hold tiny negatives)
+    error_bound: float
+    iterations: int
+    method: str
+
+
+class _Refused(Exception):
+    """The active-set refinement did not settle (cycling or an inconsistent tight system)."""
+
+
+def _round_tol(k: int) -> float:
+    """Rounding level of a length-``k`` margin: :data:`ROUNDING_RTOL`, or ``4k·eps`` for wider factors."""
+    return max(ROUNDING_RTOL, 4 * k * EPS)
+
+
+def _tight_solve(LS: FloatArray, bS: FloatArray) -> tuple[FloatArray, FloatArray, float, int]:
+    """Least-norm ``u`` with ``L_S u = b_S`` and least-norm ``λ_S`` with ``L_Sᵀλ_S = u``, by an SVD.
+
+    ``u = V Σ⁻¹ Uᵀ b_S`` and ``λ_S = U Σ⁻² Uᵀ b_S = (L_S L_Sᵀ)⁺ b_S`` over the numerical rank. Works on
+    the factor ``L_S`` rather than ``K_S = L_S L_Sᵀ``: the error is ``cond(L_S)·eps`` instead of
+    ``cond(K_S)·eps`` (forming ``K_S`` and solving would square the condition number).
+    Returns ``u``, ``λ_S``, ``cond(K_S)`` over the retained rank, the rank.
+    """
+    U, sv, Vt = np.linalg.svd(LS, full_matrices=False)
+    rank = int(np.sum(sv > max(LS.shape) * EPS * sv[0])) if sv.size and sv[0] > 0 else 0
+    if rank == 0:
+        raise _Refused("zero tight system")
+    c = U[:, :rank].T @ bS
+    u = Vt[:rank].T @ (c / sv[:rank])
+    lamS = U[:, :rank] @ (c / sv[:rank] ** 2)
+    res = LS @ u - bS
+    if np.any(np.abs(res) > _round_tol(LS.shape[1]) * (np.abs(bS) + np.linalg.norm(u))):
+        raise _Refused("inconsistent tight system")
+    cond_K = float((sv[0] / sv[rank - 1]) ** 2)
+    return u, lamS, cond_K, rank
+
+
+def _nonneg_representation(LS: FloatArray, u: FloatArray, eqS: NDArray[np.bool_]) -> FloatArray | None:
+    """A representation ``u = L_Sᵀλ`` with ``λ ≥ 0`` on inequality rows, when ``L_S`` is rank-deficient.
+
+    The least-norm ``λ_S`` may have negative entries although a nonnegative one exists (degenerate
+    supports); an NNLS over ``[L_Sᵀ(ineq), L_Sᵀ(eq), −L_Sᵀ(eq)]`` finds one if it does.
+    """
+    cols = np.hstack([LS.T, -LS[eqS].T])
+    y, _ = scipy.optimize.nnls(cols, u, maxiter=max(100, 10 * cols.shape[1]))
+    if np.linalg.norm(cols @ y - u) > CERTIFY_RTOL * np.linalg.norm(u):
+        return None
+    lam = y[: LS.shape[0]].copy()
+    lam[eqS] -= y[LS.shape[0] :]
+    return lam
+
+
+def _refine(
+    Ln: FloatArray, bs: FloatArray, eqn: NDArray[np.bool_], seed: IntArray
+) -> tuple[FloatArray, FloatArray, float, int]:
+    """Active-set iteration on the row-normalised problem from the seed rows.
+
+    Solves the seed rows as equalities; drops the inequality row with the most negative multiplier,
+    or adds the most violated inactive row, until ``λ_S ≥ 0`` (to :data:`MULTIPLIER_RTOL`) and every
+    other row has slack ``≥ −ROUNDING_RTOL``: the KKT conditions, hence the optimum (convex problem).
+    Raises :class:`_Refused` when that does not happen within ``2m + 10`` steps.
+    """
+    m = bs.size
+    inS = np.zeros(m, dtype=bool)
+    inS[seed] = True
+    inS |= eqn
+    for it in range(1, 2 * m + 11):
+        idx = np.flatnonzero(inS)
+        if idx.size == 0:
+            u = np.zeros(Ln.shape[1])
+            lamS = np.zeros(0)
+            cond_K = 1.0
+        else:
+            u, lamS, cond_K, rank = _tight_solve(Ln[idx], bs[idx])
+            ineqS = ~eqn[idx]
+            scale = float(np.max(np.abs(lamS))) if lamS.size else 0.0
+            if rank < idx.size and np.any(lamS[ineqS] < -MULTIPLIER_RTOL * scale):
+                alt = _nonneg_representation(Ln[idx], u, eqn[idx])
+                if alt is not None:
+                    lamS = alt
+            scale = float(np.max(np.abs(lamS))) if lamS.size else 0.0
+            neg = np.flatnonzero(ineqS & (lamS < -MULTIPLIER_RTOL * scale))
+            if neg.size:
+                inS[idx[neg[np.argmin(lamS[neg])]]] = False
+                continue
+        slack = Ln @ u - bs
+        tol = _round_tol(Ln.shape[1]) * (np.abs(bs) + np.linalg.norm(u))
+        viol = np.flatnonzero(~inS & (slack < -tol))
+        if viol.size:
+            inS[viol[np.argmin(slack[viol] / tol[viol])]] = True
+            continue
+        lam = np.zeros(m)
+        lam[idx] = lamS
+        return u, lam, cond_K, it
+    raise _Refused("active set did not settle")
+
+
+def _ldp_nnls(
+    Ln: FloatArray, bs: FloatArray, eqn: NDArray[np.bool_]
+) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+    """Least-distance program ``min ||u|| s.t. G u ≥ h`` by Lawson–Hanson NNLS (LH74, ch. 23).
+
+    With ``E = [Gᵀ; hᵀ]`` and ``f = e_{k+1}``, the NNLS ``min_{y≥0} ||E y − f||`` has residual
+    ``r = E y − f`` with ``−r_{k+1} = 1 − hᵀy = 1/(1 + ||u||²)``; then ``u = Gᵀy/(1 − hᵀy)`` and
+    ``λ = y/(1 − hᵀy)``. ``r ≈ 0`` means ``Gᵀy ≈ 0``, ``hᵀy ≈ 1``: a Farkas certificate of
+    infeasibility. Equality rows enter as two opposite inequalities.
+    Returns ``u``, ``λ`` and the certificate (``None`` when feasible).
+    """
+    m, k = Ln.shape
+    G = np.vstack([Ln, -Ln[eqn]])
+    h = np.concatenate([bs, -bs[eqn]])
+    E = np.vstack([G.T, h[None, :]])
+    f = np.zeros(k + 1)
+    f[-1] = 1.0
+    try:
+        y, _ = scipy.optimize.nnls(E, f, maxiter=max(1000, 50 * E.shape[1]))
+    except RuntimeError as exc:  # iteration limit
+        raise SolverError(
+            f"NNLS did not converge on the dual ({exc}); the problem is badly conditioned"
+        ) from exc
+
+    def fold(v: FloatArray) -> FloatArray:
+        out = v[:m].copy()
+        out[eqn] -= v[m:]
+        return out
+
+    denom = 1.0 - float(h @ y)  # = 1/(1 + ||u||²) in exact arithmetic
+    if denom <= 1.0 / (1.0 + INFEASIBLE_NORM**2):
+        hy = float(h @ y)
+        return np.zeros(k), np.zeros(m), fold(y / hy) if hy > 0 else fold(y)
+    return G.T @ y / denom, fold(y / denom), None
+
+
+def _core(L: FloatArray, b: FloatArray, eq: NDArray[np.bool_], hint: IntArray | None) -> _Core:
+    """Exact least-norm solve of ``min ½||u||² s.t. L_r u ≥ b_r (= on eq)``; see :func:`min_norm_dual`."""
+    m, k = L.shape
+    rn = np.linalg.norm(L, axis=1)
+    zero = rn == 0.0
+    bad = zero & np.where(eq, b != 0.0, b > 0.0)
+    if np.any(bad):
+        r = int(np.flatnonzero(bad)[0])
+        cert = np.zeros(m)
+        cert[r] = np.sign(b[r])
+        raise InfeasibleMinNormError(
+            f"row {r} is identically zero but asks for {'=' if eq[r] else '≥'} {b[r]:.6g}", cert, np.inf
+        )
+    live = np.flatnonzero(~zero)
+    # Row-normalise (the feasible set and the least-norm point do not change) and scale b to
+    # max|b| = 1: the conditioning then reflects only the geometry of the rows.
+    Ln = L[live] / rn[live, None]
+    bn = b[live] / rn[live]
+    s = float(np.max(np.abs(bn))) if bn.size else 0.0
+    if s == 0.0:  # every right-hand side is 0: w = 0 is optimal
+        return _Core(np.zeros(k), np.zeros(m), 0.0, 0, "trivial")
+    bs = bn / s
+    eqn = eq[live]
+
+    def unscale(u: FloatArray, lam_n: FloatArray) -> tuple[FloatArray, FloatArray]:
+        lam = np.zeros(m)
+        lam[live] = s * lam_n / rn[live]
+        return s * u, lam
+
+    if hint is not None:
+        pos = np.full(m, -1)
+        pos[live] = np.arange(live.size)
+        hint_live = pos[np.asarray(hint, dtype=np.intp)]
+        try:
+            u, lam_n, cond_K, it = _refine(Ln, bs, eqn, hint_live[hint_live >= 0])
+            uu, lam = unscale(u, lam_n)
+            return _Core(uu, lam, cond_K * EPS, it, "active-set")
+        except _Refused:
+            pass
+    u0, lam0, farkas = _ldp_nnls(Ln, bs, eqn)
+    if farkas is not None:
+        full = np.zeros(m)
+        full[live] = farkas / rn[live]  # back to the original rows: Σ c_r L_r ≈ 0, bᵀc > 0
+        full[np.abs(full) <= MULTIPLIER_RTOL * np.max(np.abs(full))] = 0.0
+        resid = float(np.linalg.norm(L.T @ full))
+        bound = float(b @ full) / resid if resid > 0 else np.inf
+        raise InfeasibleMinNormError("the constraints are contradictory", full, bound)
+    seed = np.flatnonzero(lam0 != 0.0)
+    try:
+        u, lam_n, cond_K, it = _refine(Ln, bs, eqn, seed)
+        uu, lam = unscale(u, lam_n)
+        return _Core(uu, lam, cond_K * EPS, it, "nnls+active-set")
+    except _Refused:
+        # Degenerate beyond what the refinement handles: keep the NNLS point, uncertified.
+        uu, lam = unscale(u0, lam0)
+        return _Core(uu, lam, np.inf, 0, "nnls")
+
+
+def _kkt(
+    margins: FloatArray,
+    b: FloatArray,
+    eq: NDArray[np.bool_],
+    row_norms: FloatArray,
+    lam_raw: FloatArray,
+    wnorm: float,
+    stat_resid: float,
+    dual_obj_quad: float,
+) -> KKTResiduals:
+    """Relative KKT residuals (see :class:`KKTResiduals`)."""
+    scale = np.abs(b) + row_norms * wnorm
+    scale = np.where(scale > 0, scale, 1.0)
+    slack = margins - b
+    pf_rows = np.where(eq, np.abs(slack), np.maximum(0.0, -slack)) / scale
+    lmax = float(np.max(np.abs(lam_raw))) if lam_raw.size else 0.0
+    lam_scale = lmax if lmax > 0 else 1.0
+    ineq_lam = lam_raw[~eq]
+    dual_feas = max(0.0, -float(np.min(ineq_lam))) / lam_scale if ineq_lam.size else 0.0
+    comp = float(np.max(np.abs(lam_raw) / lam_scale * np.abs(slack) / scale)) if lam_raw.size else 0.0
+    primal = 0.5 * wnorm**2
+    dual = float(b @ lam_raw) - 0.5 * dual_obj_quad
+    gap = abs(primal - dual) / primal if primal > 0 else abs(dual)
+    return KKTResiduals(
+        primal_feasibility=float(np.max(pf_rows)) if pf_rows.size else 0.0,
+        dual_feasibility=dual_feas,
+        stationarity=stat_resid / wnorm if wnorm > 0 else stat_resid,
+        complementary_slackness=comp,
+        duality_gap=gap,
+    )
+
+
+def _classify(
+    margins: FloatArray,
+    b: FloatArray,
+    eq: NDArray[np.bool_],
+    row_norms: FloatArray,
+    lam: FloatArray,
+    wnorm: float,
+) -> tuple[IntArray, IntArray]:
+    """Support (active rows) and weakly active rows (active inequality rows with ``λ = 0``)."""
+    scale = np.abs(b) + row_norms * wnorm
+    active = eq | (np.abs(margins - b) <= SUPPORT_RTOL * scale)
+    lmax = float(np.max(lam)) if lam.size else 0.0
+    weak = active & ~eq & (lam <= MULTIPLIER_RTOL * lmax)
+    return np.flatnonzero(active).astype(np.intp), np.flatnonzero(weak).astype(np.intp)
+
+
+def _equality_mask(equality: ArrayLike | None, m: int) -> NDArray[np.bool_]:
+    if equality is None:
+        return np.zeros(m, dtype=bool)
+    e = np.asarray(equality)
+    if e.dtype == bool:
+        if e.shape != (m,):
+            raise InvalidInstanceError(f"equality mask must have shape (m,) = ({m},); got {e.shape}")
+        return np.array(e, dtype=bool)
+    if e.dtype.kind not in "iu" or e.ndim != 1:
+        raise InvalidInstanceError(
+            f"equality must be a boolean mask of shape ({m},) or a 1-D array of row indices; got dtype {e.dtype}, shape {e.shape}"
+        )
+    if e.size and (e.min() < 0 or e.max() >= m):
+        raise InvalidInstanceError(f"equality row indices must lie in [0, {m - 1}]; got {e.tolist()}")
+    mask = np.zeros(m, dtype=bool)
+    mask[e] = True
+    return mask
+
+
+def _factor_from_gram(K: FloatArray) -> FloatArray:
+    """``L`` with ``LLᵀ = K`` from the eigendecomposition (eigenvalues below rounding dropped)."""
+    m = K.shape[0]
+    w, V = np.linalg.eigh(K)
+    top = float(max(w[-1], 0.0)) if w.size else 0.0
+    tol = 16 * m * EPS * top  # eigenvalues of a rounded PSD matrix are perturbed by ≤ ||δK|| ≲ m·eps·||K||
+    if w.size and w[0] < -max(GRAM_RTOL * top, tol):
+        raise InvalidInstanceError(
+            f"K must be positive semidefinite (a Gram matrix AAᵀ); its smallest eigenvalue is {w[0]:.3g} "
+            f"(largest {top:.3g}). Pass K = A @ A.T, or a factor."
+        )
+    keep = w > tol
+    return np.asarray(V[:, keep] * np.sqrt(w[keep]), dtype=np.float64)
+
+
+def min_norm_dual(
+    K: ArrayLike,
+    b: ArrayLike,
+    equality: ArrayLike | None = None,
+    *,
+    factor: ArrayLike | None = None,
+    support_hint: ArrayLike | None = None,
+) -> MinNormSolution:
+    """Exact least-norm point under linear (in)equalities, from the Gram matrix alone, with a certificate.
+
+    Solves ``min ½||w||² s.t. a_rᵀw = b_r (r ∈ E), a_rᵀw ≥ b_r (r ∉ E)`` through its dual
+    ``max bᵀλ − ½λᵀKλ, λ_r ≥ 0 (r ∉ E)``, ``K = AAᵀ``, ``w = Aᵀλ``. The active set is found by
+    Lawson–Hanson NNLS (or taken from ``support_hint``) and polished by an exact active-set iteration
+    on a factor ``L`` of ``K`` (SVD least-norm solves) until ``λ_S ≥ 0`` and every other row has slack.
+
+    References: Lawson & Hanson (1974), ch. 23 (LDP); Tarzanagh et al., arXiv 2308.16898 (Att-SVM).
+
+    Args:
+      K: Gram matrix ``AAᵀ``, shape ``(m, m)``, symmetric positive semidefinite.
+      b: right-hand sides, shape ``(m,)`` (any sign).
+      equality: ``None`` (all inequalities), a boolean mask of shape ``(m,)`` or row indices.
+      factor: optional ``L`` of shape ``(m, k)`` with ``LLᵀ = K`` (e.g. ``A`` itself or a compressed
+        form); more accurate than the eigendecomposition used otherwise (``cond(A)`` instead of ``cond(K)``).
+      support_hint: optional row indices believed active (e.g. from a conic solver); only a starting point.
+
+    Returns:
+      :class:`MinNormSolution` (multipliers, support, weakly active rows, margins, KKT residuals, error bound).
+
+    Raises:
+      InfeasibleMinNormError: the constraints cannot all hold (with a Farkas certificate).
+      InvalidInstanceError: bad shapes, non-finite entries, ``K`` not symmetric PSD or not ``LLᵀ``.
+    """
+    Ka = as_real_array(K, "K", ndim=2)
+    m = Ka.shape[0]
+    if Ka.shape != (m, m):
+        raise InvalidInstanceError(f"K must be square (m, m); got {Ka.shape}")
+    ba = as_real_array(b, "b", ndim=1)
+    if ba.shape != (m,):
+        raise InvalidInstanceError(f"b must have shape (m,) = ({m},) to match K; got {ba.shape}")
+    kmax = float(np.max(np.abs(Ka))) if Ka.size else 0.0
+    if np.max(np.abs(Ka - Ka.T), initial=0.0) > GRAM_RTOL * kmax:
+        raise InvalidInstanceError("K must be symmetric (a Gram matrix AAᵀ); K - K.T is not negligible")
+    eq = _equality_mask(equality, m)
+    if factor is None:
+        L = _factor_from_gram(0.5 * (Ka + Ka.T))
+    else:
+        L = as_real_array(factor, "factor", ndim=2)
+        if L.shape[0] != m:
+            raise InvalidInstanceError(f"factor must have m = {m} rows; got shape {L.shape}")
+        if np.max(np.abs(L @ L.T - Ka), initial=0.0) > GRAM_RTOL * max(kmax, 1e-300):
+            raise InvalidInstanceError("factor L does not satisfy L @ L.T == K (to 1e-10 relative)")
+    hint = None
+    if support_hint is not None:
+        hint = np.asarray(support_hint, dtype=np.intp).reshape(-1)
+        if hint.size and (hint.min() < 0 or hint.max() >= m):
+            raise InvalidInstanceError(f"support_hint indices must lie in [0, {m - 1}]")
+    try:
+        core = _core(L, ba, eq, hint)
+    except InfeasibleMinNormError as err:
+        rows = err.rows.tolist()
+        raise InfeasibleMinNormError(
+            f"min-norm problem infeasible: rows {rows} cannot hold together ({err}); the combination "
+            f"Σ c_r a_r with certificate c ≥ 0 vanishes while Σ c_r b_r > 0, so any solution would need "
+            f"||w|| ≥ {err.norm_bound:.3g}. Drop or relax one of these rows.",
+            err.certificate,
+            err.norm_bound,
+        ) from None
+    return _min_norm_solution(L, ba, eq, core)
+
+
+def _min_norm_solution(L: FloatArray, b: FloatArray, eq: NDArray[np.bool_], core: _Core) -> MinNormSolution:
+    u, lam_raw = core.u, core.lam
+    lam = np.where(eq, lam_raw, np.maximum(lam_raw, 0.0))
+    margins = L @ u
+    rn = np.linalg.norm(L, axis=1)
+    wnorm = float(np.linalg.norm(u))
+    Lt_lam = L.T @ lam
+    kkt = _kkt(margins, b, eq, rn, lam_raw, wnorm, float(np.linalg.norm(u - Lt_lam)), float(Lt_lam @ Lt_lam))
+    support, weak = _classify(margins, b, eq, rn, lam, wnorm)
+    return MinNormSolution(
+        multipliers=_ro(lam),
+        support=_ro(support),
+        weakly_active=_ro(weak),
+        margins=_ro(margins),
+        coords=_ro(u),
+        factor=_ro(L),
+        norm=wnorm,
+        kkt=kkt,
+        error_bound=core.error_bound,
+        certified=bool(core.error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL),
+        method=core.method,
+        iterations=core.iterations,
+    )
+
+
+# ============================================================================ Att-SVM
+@dataclass(frozen=True)
+class _SVMFactor:
+    """Exact compressed factor of the Att-SVM rows: ``a_r = (Q_z ⊗ Q_Δ)(c^z_r ⊗ c^Δ_r)``.
+
+    ``Q_Δ`` (``d × p_Δ``) and ``Q_z`` (``d × p_z``) are orthonormal bases of the spans of the ``Δ``'s and
+    the queries, so ``a_r = P l_r`` with ``P = Q_z ⊗ Q_Δ`` orthonormal and ``l_r = (Q_zᵀz_r) ⊗ (Q_Δᵀ Δ_r)``,
+    of length ``p_Δ·p_z ≤ min(d, m)·min(d, n)``; a second QR compresses it to width ``≤ m``. The least-norm
+    ``W`` lies in ``span(Δ) ⊗ span(z)``, so ``W = Q_Δ U Q_zᵀ`` with ``vec(U) = Q₂ u``.
+    """
+
+    L: FloatArray
+    Qd: FloatArray | None
+    Qz: FloatArray | None
+    Q2: FloatArray | None
+
+    def to_W(self, u: FloatArray) -> FloatArray | None:
+        if self.Qd is None or self.Qz is None:
+            return None
+        uc = self.Q2 @ u if self.Q2 is not None else u
+        U = uc.reshape((self.Qd.shape[1], self.Qz.shape[1]), order="F")
+        return np.asarray(self.Qd @ U @ self.Qz.T, dtype=np.float64)
+
+
+def _svm_factor(inst: Instance, c: SVMConstraints) -> _SVMFactor:
+    m = c.pairs.shape[0]
+    Qd, _ = np.linalg.qr(c.deltas.T)  # d × min(d, m), orthonormal columns spanning the Δ's
+    Qz, _ = np.linalg.qr(inst.z.T)  # d × min(d, n)
+    pd, pz = Qd.shape[1], Qz.shape[1]
+    if m * pd * pz > MAX_FACTOR_ENTRIES:
+        K = (c.queries @ c.queries.T) * (c.deltas @ c.deltas.T)
+        return _SVMFactor(_factor_from_gram(K), None, None, None)
+    cd = c.deltas @ Qd
+    cz = c.queries @ Qz
+    # row r is kron(cz_r, cd_r): index j·p_Δ + k ↔ U[k, j], i.e. column-major vec(U)
+    Lc = (cz[:, :, None] * cd[:, None, :]).reshape(m, pz * pd)
+    if Lc.shape[1] <= m:
+        return _SVMFactor(Lc, Qd, Qz, None)
+    Q2, R2 = np.linalg.qr(Lc.T)  # Lc = R2ᵀ Q2ᵀ: an exact (orthogonal) compression to width m
+    return _SVMFactor(np.ascontiguousarray(R2.T), Qd, Qz, Q2)
+
+
+def _pairs_of(c: SVMConstraints, rows: IntArray) -> Pairs:
+    return tuple((int(c.pairs[r, 0]), int(c.pairs[r, 1])) for r in rows)
+
+
+def _check_trivially_infeasible(inst: Instance, c: SVMConstraints) -> None:
+    """Zero queries and tokens equal to the selected one make a constraint read ``0 ≥ 1``."""
+    zero_q = np.flatnonzero(np.all(inst.z == 0.0, axis=1))
+    if zero_q.size:
+        i = int(zero_q[0])
+        raise InfeasibleSVMError(
+            f"Att-SVM(alpha) is infeasible: sequence {i} has a zero query z_{i} = 0, so every constraint "
+            f"(x_{i},alpha - x_{i},t)^T W z_{i} = 0 < 1 whatever W. Give sequence {i} a nonzero query or drop it."
+        )
+    zero_d = np.flatnonzero(np.all(c.deltas == 0.0, axis=1))
+    if zero_d.size:
+        i, t = (int(v) for v in c.pairs[zero_d[0]])
+        a = int(c.alpha[i])
+        raise InfeasibleSVMError(
+            f"Att-SVM(alpha) is infeasible: in sequence {i}, token {t} equals the selected token alpha_{i} = {a} "
+            f"(Delta = x_{i},{a} - x_{i},{t} = 0), so its constraint reads 0 >= 1 for every W. "
+            f"Select a different token for sequence {i} or remove the duplicate."
+        )
+
+
+def _raise_infeasible(c: SVMConstraints, err: InfeasibleMinNormError) -> None:
+    rows = err.rows
+    seqs = sorted({int(c.pairs[r, 0]) for r in rows})
+    weights = ", ".join(
+        f"({int(c.pairs[r, 0])},{int(c.pairs[r, 1])}): {err.certificate[r]:.3g}" for r in rows[:12]
+    )
+    bound = "no W at all" if not np.isfinite(err.norm_bound) else f"||W||_F >= {err.norm_bound:.3g}"
+    raise InfeasibleSVMError(
+        f"Att-SVM(alpha) is infeasible: the constraints of sequence(s) {seqs} contradict each other. "
+        f"The combination with weights c >= 0 {{{weights}}} of the rows Delta_it^T W z_i vanishes for every "
+        f"W, yet its right-hand side sum(c) > 0 (Farkas certificate; a solution would need {bound}). "
+        "Typical causes: a selected token that is a convex combination of the others, or sequences with "
+        "parallel queries that ask for opposite orders of the same tokens. Choose a different alpha "
+        f"for sequence {seqs[0]}."
+    ) from None
+
+
+def _check_cvxpy_status(prob: Any, what: str) -> str:
+    """Map a cvxpy status: ``"optimal"`` / ``"infeasible"``; every other status raises SolverError."""
+    import cvxpy as cp
+
+    st = prob.status
+    if st == cp.OPTIMAL:
+        return "optimal"
+    if st in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        return "infeasible"
+    if st in (cp.UNBOUNDED, cp.UNBOUNDED_INACCURATE):
+        raise SolverError(
+            f"{what}: cvxpy reported {st!r}, impossible for a norm minimisation (bounded below by 0); "
+            "a solver failure. Use method='dual'."
+        )
+    if st == cp.OPTIMAL_INACCURATE:
+        raise SolverError(
+            f"{what}: cvxpy reported {st!r} (solver tolerances not met); the answer is not certified. "
+            "Use method='dual' (exact) or a smaller problem."
+        )
+    raise SolverError(f"{what}: cvxpy returned status {st!r} without a solution. Use method='dual'.")
+
+
+def _cvxpy_solve(prob: Any, what: str) -> None:
+    import cvxpy as cp
+
+    try:
+        prob.solve(solver=cp.CLARABEL)
+    except cp.error.SolverError as exc:
+        raise SolverError(f"{what}: the conic solver failed ({exc}). Use method='dual'.") from exc
+
+
+def _cvxpy_fro(inst: Instance, c: SVMConstraints, method: str) -> tuple[FloatArray | None, str]:
+    """Raw conic solution of the Frobenius Att-SVM: the matrix program or the vectorised one."""
+    import cvxpy as cp
+
+    d = inst.d
+    if method == "primal":
+        Wv = cp.Variable((d, d))
+        margins = cp.sum(cp.multiply(c.deltas @ Wv, c.queries), axis=1)
+        prob = cp.Problem(cp.Minimize(cp.norm(Wv, "fro")), [margins >= 1.0])
+        _cvxpy_solve(prob, "primal Att-SVM")
+        status = _check_cvxpy_status(prob, "primal Att-SVM")
+        return (None if status == "infeasible" else np.asarray(Wv.value, dtype=np.float64)), status
+    A = svm_rows(inst, c.alpha)
+    w = cp.Variable(d * d)
+    prob = cp.Problem(cp.Minimize(cp.norm(w, 2)), [A @ w >= 1.0])
+    _cvxpy_solve(prob, "vector Att-SVM")
+    status = _check_cvxpy_status(prob, "vector Att-SVM")
+    if status == "infeasible":
+        return None, status
+    return np.asarray(w.value, dtype=np.float64).reshape((d, d), order="F"), status  # unvec (column-major)
+
+
+def _fro_margins(inst: Instance, c: SVMConstraints, W: FloatArray) -> FloatArray:
+    """``Δ_rᵀ W z_i(r)`` for every row, as ``Δ_rᵀ (W Zᵀ)[:, i(r)]``: ``O(n d²)``, not ``O(m d²)``."""
+    WZ = W @ inst.z.T  # (d, n)
+    return np.asarray(np.einsum("rk,rk->r", c.deltas, WZ.T[c.pairs[:, 0]]), dtype=np.float64)
+
+
+def _weighted_sum(inst: Instance, c: SVMConstraints, lam: FloatArray) -> FloatArray:
+    """``Σ_r λ_r Δ_r z_i(r)ᵀ = Σ_i (Σ_t λ_it Δ_it) z_iᵀ = Bᵀ Z``: the factored ``Aᵀλ``, ``O(n d²)``."""
+    B = np.zeros((inst.n, inst.d))
+    np.add.at(B, c.pairs[:, 0], lam[:, None] * c.deltas)
+    return np.asarray(B.T @ inst.z, dtype=np.float64)
+
+
+def _solve_fro(inst: Instance, c: SVMConstraints, method: str) -> SVMSolution:
+    t0 = time.perf_counter()
+    m = c.pairs.shape[0]
+    W_raw: FloatArray | None = None
+    hint: IntArray | None = None
+    solver = "NNLS (Lawson-Hanson) on the factorised dual"
+    if method in ("primal", "vector"):
+        W_raw, status = _cvxpy_fro(inst, c, method)
+        solver = "cvxpy/CLARABEL"
+        if W_raw is not None:
+            if not np.all(np.isfinite(W_raw)):
+                raise SolverError(f"{method} Att-SVM: cvxpy returned non-finite values. Use method='dual'.")
+            hint = np.flatnonzero(_fro_margins(inst, c, W_raw) - 1.0 <= HINT_SLACK).astype(np.intp)
+    t1 = time.perf_counter()
+    fac = _svm_factor(inst, c)
+    b = np.ones(m)
+    eq = np.zeros(m, dtype=bool)
+    try:
+        core = _core(fac.L, b, eq, hint)
+    except InfeasibleMinNormError as err:
+        _raise_infeasible(c, err)
+        raise  # unreachable; keeps type checkers informed
+    if W_raw is None and method in ("primal", "vector"):
+        raise SolverError(
+            f"{method} Att-SVM: cvxpy reported infeasible, but the exact dual finds a feasible point; "
+            "the conic solver is unreliable on this instance. Use method='dual'."
+        )
+    lam_raw = core.lam
+    lam = np.maximum(lam_raw, 0.0)
+    # stationarity in factored form: Σ_r λ_r Δ_r z_rᵀ = Δᵀ diag(λ) Z, never the d²-long rows
+    M = _weighted_sum(inst, c, lam)
+    W = fac.to_W(core.u)
+    if W is None:  # eigendecomposition factor (very large m): W from the multipliers
+        W = M
+    if not np.all(np.isfinite(W)):
+        raise SolverError("the Att-SVM solution is not finite; the instance is too badly conditioned")
+    t2 = time.perf_counter()
+    margins = _fro_margins(inst, c, W)
+    wnorm = float(np.linalg.norm(W))
+    rn = np.linalg.norm(c.deltas, axis=1) * np.linalg.norm(c.queries, axis=1)  # ||a_it|| = ||Δ_it||·||z_i||
+    kkt = _kkt(margins, b, eq, rn, lam_raw, wnorm, float(np.linalg.norm(W - M)), float(np.sum(M * M)))
+    support, weak = _classify(margins, b, eq, rn, lam, wnorm)
+    certified = bool(core.error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL)
+    raw_err = None if W_raw is None else float(np.linalg.norm(W_raw - W) / wnorm)
+    t3 = time.perf_counter()
+    return SVMSolution(
+        W=_ro_own(W) if W is not M else _ro(W),
+        alpha=_ro(c.alpha),
+        norm="fro",
+        method=method,
+        solver=f"{solver} + exact {core.method}",
+        objective=wnorm,
+        pairs=_ro(c.pairs),
+        margins=_ro(margins),
+        duals=_ro(lam),
+        support=_pairs_of(c, support),
+        weakly_active=_pairs_of(c, weak),
+        kkt=kkt,
+        error_bound=float(core.error_bound),
+        certified=certified,
+        raw_rel_error=raw_err,
+        iterations=core.iterations,
+        timings={"solver": t1 - t0, "active_set": t2 - t1, "total": t3 - t0},
+    )
+
+
+def _solve_nuc(inst: Instance, c: SVMConstraints) -> SVMSolution:
+    import cvxpy as cp
+
+    t0 = time.perf_counter()
+    # Feasibility is the same as for the Frobenius problem: decide it exactly (and name the culprit).
+    try:
+        _core(_svm_factor(inst, c).L, np.ones(c.pairs.shape[0]), np.zeros(c.pairs.shape[0], dtype=bool), None)
+    except InfeasibleMinNormError as err:
+        _raise_infeasible(c, err)
+    d = inst.d
+    Wv = cp.Variable((d, d))
+    cons = cp.sum(cp.multiply(c.deltas @ Wv, c.queries), axis=1) >= 1.0
+    prob = cp.Problem(cp.Minimize(cp.normNuc(Wv)), [cons])
+    _cvxpy_solve(prob, "nuclear-norm Att-SVM")
+    if _check_cvxpy_status(prob, "nuclear-norm Att-SVM") != "optimal":
+        raise SolverError(
+            "nuclear-norm Att-SVM: cvxpy reported infeasible, but the exact Frobenius dual finds a feasible "
+            "point (the constraint sets are the same); the conic solver failed."
+        )
+    t1 = time.perf_counter()
+    W = np.asarray(Wv.value, dtype=np.float64)
+    if not np.all(np.isfinite(W)):
+        raise SolverError("nuclear-norm Att-SVM: cvxpy returned non-finite values")
+    margins = _fro_margins(inst, c, W)
+    mm = float(np.min(margins))
+    if mm <= 0.0:
+        raise SolverError(f"nuclear-norm Att-SVM: the solver's W has minimum margin {mm:.3g} ≤ 0")
+    # Margins are linear in W: dividing by the minimum margin makes it exactly 1, restoring feasibility
+    # when mm < 1 and lowering the objective when mm > 1.
+    W = W / mm
+    margins = _fro_margins(inst, c, W)
+    if float(np.min(margins)) < 1.0 - NUC_FEAS_TOL:
+        raise SolverError("nuclear-norm Att-SVM: could not restore feasibility to 1e-7")
+    objective = float(np.sum(np.linalg.svd(W, compute_uv=False)))
+    # Certified gap: for any μ ≥ 0, μ/||Σ μ_r Δ_r z_rᵀ||₂ is dual feasible (the dual norm of ||·||_* is
+    # the spectral norm), so 1ᵀμ/||Σ μ_r Δ_r z_rᵀ||₂ ≤ min ||W||_* (weak duality).
+    mu = np.maximum(np.asarray(cons.dual_value, dtype=np.float64).reshape(-1), 0.0)
+    Mmu = _weighted_sum(inst, c, mu)
+    opn = float(np.linalg.norm(Mmu, 2))
+    lower = float(mu.sum()) / opn if opn > 0 else 0.0
+    gap = max(0.0, (objective - lower) / objective)
+    active = np.flatnonzero(margins - 1.0 <= NUC_SUPPORT_TOL).astype(np.intp)
+    t2 = time.perf_counter()
+    return SVMSolution(
+        W=_ro(W),
+        alpha=_ro(c.alpha),
+        norm="nuc",
+        method="primal",
+        solver="cvxpy/CLARABEL (SDP) + rescaled to min margin 1",
+        objective=objective,
+        pairs=_ro(c.pairs),
+        margins=_ro(margins),
+        duals=None,
+        support=_pairs_of(c, active),
+        weakly_active=(),
+        kkt=None,
+        error_bound=gap,
+        certified=False,
+        raw_rel_error=None,
+        iterations=0,
+        timings={"solver": t1 - t0, "active_set": 0.0, "total": t2 - t0},
+    )
+
+
+def solve_svm(
+    inst: Instance, alpha: ArrayLike | None = None, norm: str = "fro", method: str = "auto"
+) -> SVMSolution:
+    """Solve Att-SVM(α) and certify the solution.
+
+    ``W_mm(α) = argmin ||W||  s.t.  (x_iα_i − x_it)ᵀ W z_i ≥ 1  ∀ t ≠ α_i, ∀ i``, with ``||·||`` the
+    Frobenius (``norm="fro"``) or nuclear (``norm="nuc"``) norm. Frobenius methods: ``"primal"``
+    (cvxpy matrix program), ``"vector"`` (cvxpy, ``min ||w||₂ s.t. A w ≥ 1``, ``A = svm_rows``),
+    ``"dual"`` (``max 1ᵀλ − ½λᵀKλ, λ ≥ 0`` on the factorised Gram, no ``d²``-long rows,
+    ``W = Σ λ_it Δ_it z_iᵀ``), ``"auto"`` (the dual). Each ends with the exact active-set step of
+    :func:`min_norm_dual`, so all agree to 1e-9 relative (or report ``error_bound``). Nuclear norm:
+    ``"primal"``/``"auto"`` only (cvxpy + Clarabel SDP; practical up to ``d ≈ 32``).
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (Att-SVM); Gao, Song, Xie,
+    arXiv 2307.02419 (tensor trick).
+
+    Args:
+      inst: the :class:`Instance`.
+      alpha: token choice, shape ``(n,)`` integers in ``[0, T)``; ``None`` means the optimal tokens.
+      norm: ``"fro"`` or ``"nuc"``.
+      method: ``"auto"``, ``"primal"``, ``"vector"`` or ``"dual"``.
+
+    Returns:
+      :class:`SVMSolution` (``W`` of shape ``(d, d)``, duals aligned with ``svm_rows(inst, alpha)``,
+      support, KKT residuals, error bound).
+
+    Raises:
+      InfeasibleSVMError: the constraints cannot be met (names the sequence and the reason).
+      SolverError: a conic solver did not return status ``OPTIMAL``.
+      UnknownNameError: unknown ``norm`` or ``method``; AttnSVMError: ``method="dual"``/``"vector"``
+      with ``norm="nuc"``, or a bad ``alpha``.
+    """
+    if not isinstance(inst, Instance):
+        raise InvalidInstanceError(f"inst must be an attnsvm.Instance; got {type(inst).__name__}")
+    if norm not in SVM_NORMS:
+        raise unknown_name("norm", norm, SVM_NORMS)
+    if method not in SVM_METHODS:
+        raise unknown_name("solver method", method, SVM_METHODS)
+    if norm == "nuc" and method in ("dual", "vector"):
+        raise AttnSVMError(
+            f"method={method!r} solves the Frobenius-norm Att-SVM only (its dual/vector form needs "
+            "||W||_F); use method='primal' or 'auto' with norm='nuc'."
+        )
+    c = svm_constraints(inst, alpha)
+    _check_trivially_infeasible(inst, c)
+    if norm == "nuc":
+        return _solve_nuc(inst, c)
+    return _solve_fro(inst, c, "dual" if method == "auto" else method)
+
+
+# ==================================================================== local optimality
+@dataclass(frozen=True, eq=False)
+class LocalOptimalityReport:
+    """Why a token choice is (not) locally optimal.
+
+    Attributes:
+      alpha: the token choice, shape ``(n,)``.
+      feasible: Att-SVM(α) is feasible.
+      locally_optimal: feasible and ``γ_iα_i > γ_it`` for every support token ``(i, t)``.
+      support: the support tokens ``(i, t)`` (active constraints, weakly active ones included).
+      violating: support tokens with ``γ_it ≥ γ_iα_i`` (ties within ``TIE_RTOL`` count as violating).
+      reason: a sentence for reports.
+    """
+
+    alpha: IntArray
+    feasible: bool
+    locally_optimal: bool
+    support: Pairs
+    violating: Pairs
+    reason: str
+
+
+def local_optimality_report(inst: Instance, alpha: ArrayLike | None = None) -> LocalOptimalityReport:
+    """Check local optimality of ``α`` and say why: support tokens and the pairs that violate it.
+
+    ``α`` is locally optimal when Att-SVM(α) is feasible and ``γ_iα_i > γ_it`` for every support token
+    ``t`` of sequence ``i`` (``γ_it = Y_i vᵀx_it``). Support tokens are the active constraints of the
+    Frobenius Att-SVM (margin 1 to :data:`SUPPORT_RTOL`), weakly active ones included; a score
+    difference within ``TIE_RTOL·max(1, max_t|γ_it|)`` is a tie, hence not strictly greater.
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (locally optimal directions).
+
+    Args:
+      inst: the :class:`Instance`.
+      alpha: token choice, shape ``(n,)``; ``None`` means the optimal tokens.
+
+    Returns:
+      :class:`LocalOptimalityReport`.
+    """
+    if not isinstance(inst, Instance):
+        raise InvalidInstanceError(f"inst must be an attnsvm.Instance; got {type(inst).__name__}")
+    a = inst.check_alpha(alpha)
+    try:
+        sol = solve_svm(inst, a, norm="fro", method="dual")
+    except InfeasibleSVMError as err:
+        return LocalOptimalityReport(a, False, False, (), (), f"not locally optimal: {err}")
+    gamma = inst.scores()
+    scale = np.maximum(1.0, np.max(np.abs(gamma), axis=1))
+    violating = tuple((i, t) for i, t in sol.support if gamma[i, a[i]] - gamma[i, t] <= TIE_RTOL * scale[i])
+    if violating:
+        i, t = violating[0]
+        reason = (
+            f"not locally optimal: support token {t} of sequence {i} scores {gamma[i, t]:.6g} "
+            f">= the selected token {int(a[i])}'s {gamma[i, a[i]]:.6g}"
+            + (f" ({len(violating)} violating pairs)" if len(violating) > 1 else "")
+        )
+    else:
+        reason = f"locally optimal: every one of the {len(sol.support)} support tokens scores below the selected one"
+    return LocalOptimalityReport(a, True, not violating, sol.support, violating, reason)
+
+
+def is_locally_optimal(inst: Instance, alpha: ArrayLike | None = None) -> bool:
+    """``True`` exactly when Att-SVM(α) is feasible and ``γ_iα_i > γ_it`` for every support token.
+
+    See :func:`local_optimality_report` for the definition details and the reasons.
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
+
+    Args:
+      inst: the :class:`Instance`.
+      alpha: token choice, shape ``(n,)``; ``None`` means the optimal tokens.
+
+    Returns:
+      bool.
+    """
+    return local_optimality_report(inst, alpha).locally_optimal
