@@ -19,6 +19,14 @@ from .errors import (
 )
 from .grad import GradDirection, normalized_risk_grad, risk, risk_grad, risk_grad_textbook
 from .instance import FAMILIES, Instance, random_instance
+from .lipschitz import (
+    LipschitzBound,
+    LipschitzEstimate,
+    compare_lipschitz,
+    jacobian_norm,
+    lipschitz_bound,
+    lipschitz_estimate,
+)
 from .losses import LOSSES, Loss, LossAssumptions, get_loss
 from .svm import (
     SVM_METHODS,
@@ -38,6 +46,12 @@ from .tensor import svm_constraints, svm_gram, svm_margins, svm_rows, unvec, unv
 __version__ = "0.1.0"
 
 __all__ = [
+    "LipschitzBound",
+    "LipschitzEstimate",
+    "compare_lipschitz",
+    "jacobian_norm",
+    "lipschitz_bound",
+    "lipschitz_estimate",
     "SVM_METHODS",
     "SVM_NORMS",
     "InfeasibleMinNormError",

@@ -42,6 +42,7 @@ __all__ = [
     "risk_of",
     "risk_grad_of",
     "normalized_risk_grad_of",
+    "signed_log_derivative",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -101,7 +102,7 @@ def risk_grad_of(
     return np.einsum("nt,ntd,ne->de", w, X, z)
 
 
-def _signed_log_derivative(loss: "Loss | LossLike", u: FloatArray) -> tuple[FloatArray, FloatArray]:
+def signed_log_derivative(loss: "Loss | LossLike", u: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``(sign ℓ'(u), log|ℓ'(u)|)``, from the loss's log form when it has one."""
     if isinstance(loss, Loss) and loss.log_neg_derivative_fn is not None:
         return -np.ones_like(u), np.asarray(loss.log_neg_derivative_fn(u), dtype=np.float64)
@@ -137,7 +138,7 @@ def normalized_risk_grad_of(
         log_c = hi + np.log1p(-np.exp(lo - hi))  # −inf when P = N exactly (c = 0)
     log_c = np.where(np.isneginf(hi), -np.inf, log_c)
     sign_c = np.where(log_p > log_n, 1.0, np.where(log_p < log_n, -1.0, 0.0))
-    sign_l, log_l = _signed_log_derivative(loss, Y * f)
+    sign_l, log_l = signed_log_derivative(loss, Y * f)
     log_w = log_l[:, None] + log_s + log_c - np.log(n)
     sign_w = (sign_l * Y)[:, None] * sign_c
     live = np.isfinite(log_w) & (sign_w != 0)

@@ -1,0 +1,494 @@
+"""Unit tests of attnsvm.lipschitz: certified bounds, attained estimates, the softmax/linear comparison.
+
+What is shown:
+
+* the logit map's norm from the factorised Gram equals the norm of the explicit Kronecker matrix;
+* soundness: no sampled pair ``(W1, W2)`` in the ball and no attained estimate exceeds the bound,
+  over instance families, kinds, maps and radii up to ``1e3`` (softmax fully saturated);
+* ``softmax ≤ ½ · linear`` and ``normalized_linear ≤ ½ · linear`` for the certified weights bounds;
+* for ``linear`` the estimate equals the exact operator norm up to rounding;
+* the Jacobian factors behind the bounds survive an adversarial search (the normalized-linear
+  Jacobian ``(diag s − ssᵀ) diag r`` has norm ≤ ½ although it is not symmetric; the output factor
+  ``||s∘(a − f)|| ≤ (√2/4)(max a − min a)`` is tight);
+* where the orderings fail, the exact condition and a pinned minimal counterexample:
+  softmax *output* vs linear *output*, and softmax vs normalized_linear *weights*;
+* bad input raises ``AttnSVMError`` with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import attnsvm as A
+from attnsvm.errors import AttnSVMError, InvalidInstanceError, NumericalError, UnknownNameError
+from attnsvm.lipschitz import (
+    SPREAD_FACTOR,
+    LipschitzBound,
+    LipschitzEstimate,
+    bound_rounding_rtol,
+    compare_lipschitz,
+    jacobian_norm,
+    lipschitz_bound,
+    lipschitz_estimate,
+    logit_gram,
+    logit_norm,
+)
+
+EPS = float(np.finfo(np.float64).eps)
+KINDS = ("softmax", "linear", "normalized_linear")
+OFS = ("weights", "output")
+
+#: Search budget of the estimates in these tests (small, to keep the file under a minute).
+FAST = {"samples": 8, "steps": 8, "starts": 2}
+
+
+def est_rtol(inst: A.Instance) -> float:
+    """Relative rounding of an estimate: the SVD of the ``(nT) × d²`` Jacobian is backward stable,
+    so its largest singular value is within ``c·max(nT, d²)·eps`` of the exact one; ``c = 4``."""
+    return 4.0 * max(inst.n * inst.T, inst.d**2) * EPS
+
+
+def pair_atol(inst: A.Instance, W: np.ndarray, of: str) -> float:
+    """Absolute float64 error of a computed ``s(W)`` (or ``f(W)``), ℓ2 over all entries.
+
+    Each logit is two length-``d`` products: error ≤ ``2d·eps·||x_it|| ||W||_F ||z_i||``. Every kind's
+    weights are 1-Lipschitz in the logits (softmax and normalized_linear ½, ``log φ`` is 1-Lipschitz),
+    and exp/normalisation add ≤ ``4T·eps`` per entry; the output multiplies by ``|a_it|`` and sums
+    ``T`` terms. Doubled for safety of the constants (not tuned to pass).
+    """
+    c = np.linalg.norm(inst.X, axis=-1) * np.linalg.norm(inst.z, axis=1)[:, None]
+    logit_err = 2 * inst.d * EPS * np.linalg.norm(c) * np.linalg.norm(W)
+    base = logit_err + 4 * inst.T * EPS * math.sqrt(inst.n * inst.T)
+    if of == "output":
+        base *= inst.T * (1.0 + float(np.max(np.abs(inst.values()))))
+    return 2.0 * base
+
+
+def evaluate(inst: A.Instance, W: np.ndarray, kind: str, of: str) -> np.ndarray:
+    return A.attention(inst, W, kind).ravel() if of == "weights" else A.output(inst, W, kind)
+
+
+def in_ball(rng: np.random.Generator, d: int, R: float, scale: float | None = None) -> np.ndarray:
+    g = rng.standard_normal((d, d))
+    g /= np.linalg.norm(g)
+    r = R * rng.random() ** (1.0 / (d * d)) if scale is None else min(R, scale)
+    return r * g
+
+
+def project(W: np.ndarray, R: float) -> np.ndarray:
+    nrm = np.linalg.norm(W)
+    return W * (R / nrm) if nrm > R else W
+
+
+# ----------------------------------------------------------------------------- the logit map
+@pytest.mark.parametrize("family", ["gaussian", "unit", "self_attention"])
+def test_logit_gram_equals_explicit_kronecker_rows(family: str) -> None:
+    inst = A.random_instance(3, 4, 5, seed=11, family=family)
+    # Explicit rows: l_it = (z_i ⊗ x_it)ᵀ vec(W), column-major vec (DESIGN.md).
+    rows = np.array([np.kron(inst.z[i], inst.X[i, t]) for i in range(inst.n) for t in range(inst.T)])
+    W = np.random.default_rng(0).standard_normal((inst.d, inst.d))
+    np.testing.assert_allclose(rows @ A.vec(W), A.logits(inst, W).ravel(), rtol=0, atol=64 * EPS * 100)
+    G = logit_gram(inst)
+    # Entries: a d²-long dot product vs. a product of two d-long ones, each ≤ d²·eps relative to
+    # |z_i||z_j||x_it||x_ju| ≤ max|G| (Cauchy–Schwarz on the PSD Gram).
+    gram_atol = 4 * inst.d**2 * EPS * float(np.max(np.abs(G)))
+    np.testing.assert_allclose(G, rows @ rows.T, rtol=0, atol=gram_atol)
+    # Operator norm: SVD of the explicit matrix vs eigenvalue of the Gram, both backward stable.
+    sv = np.linalg.svd(rows, compute_uv=False)[0]
+    assert abs(logit_norm(inst) - sv) <= 8 * (inst.n * inst.T + inst.d**2) * EPS * sv
+
+
+# ----------------------------------------------------------------------------- linear: exact
+@pytest.mark.parametrize("family", ["gaussian", "unit", "self_attention"])
+@pytest.mark.parametrize("of", OFS)
+def test_linear_estimate_equals_bound_up_to_rounding(family: str, of: str) -> None:
+    inst = A.random_instance(3, 4, 5, seed=5, family=family)
+    b = lipschitz_bound(inst, "linear", radius=2.0, of=of)
+    e = lipschitz_estimate(inst, "linear", radius=2.0, of=of, **FAST)
+    # Two backward-stable computations of one singular value: the Gram eigenvalue (error
+    # ≤ c·nT·eps relative, halved by the root) and the SVD of the autograd Jacobian (est_rtol).
+    tol = est_rtol(inst) + bound_rounding_rtol(inst)
+    assert abs(e.value - b.nominal) <= tol * b.nominal
+    assert e.value <= b.value * (1 + est_rtol(inst))
+    # radius-independent
+    assert float(lipschitz_bound(inst, "linear", radius=1e3, of=of)) == b.value
+
+
+# ----------------------------------------------------------------------------- soundness
+SOUND_CASES = [
+    (fam, seed, shape)
+    for fam, seed, shape in [
+        ("gaussian", 1, (2, 3, 3)),
+        ("unit", 2, (3, 4, 4)),
+        ("self_attention", 3, (2, 5, 3)),
+        ("gaussian", 4, (1, 2, 2)),
+    ]
+]
+RADII = (0.05, 1.0, 10.0, 1e3)
+
+
+@pytest.mark.parametrize("family,seed,shape", SOUND_CASES)
+def test_bounds_sound_on_sampled_pairs_and_estimates(
+    family: str, seed: int, shape: tuple[int, int, int]
+) -> None:
+    inst = A.random_instance(*shape, seed=seed, family=family)
+    rng = np.random.default_rng(100 + seed)
+    c = np.linalg.norm(inst.X, axis=-1) * np.linalg.norm(inst.z, axis=1)[:, None]
+    for R in RADII:
+        for of in OFS:
+            for kind in KINDS:
+                b = lipschitz_bound(inst, kind, radius=R, of=of)
+                e = lipschitz_estimate(inst, kind, radius=R, of=of, seed=seed, **FAST)
+                assert np.linalg.norm(e.W) <= R * (1 + 4 * EPS)
+                assert e.value <= b.value * (1 + est_rtol(inst)), (kind, of, R, e.value, b.value)
+                centres = [e.W] + [in_ball(rng, inst.d, R) for _ in range(3)]
+                # points where the logits are O(1), the regime where the Jacobian is largest
+                centres += [in_ball(rng, inst.d, R, scale=1.0 / float(np.max(c))) for _ in range(2)]
+                for W1 in centres:
+                    for h in (R, 1e-2 * R, 1e-5 * R):
+                        W2 = project(W1 + h * rng.standard_normal((inst.d, inst.d)) / inst.d, R)
+                        lhs = np.linalg.norm(evaluate(inst, W1, kind, of) - evaluate(inst, W2, kind, of))
+                        rhs = b.value * np.linalg.norm(W1 - W2)
+                        atol = pair_atol(inst, W1, of) + pair_atol(inst, W2, of)
+                        assert lhs <= rhs + atol, (kind, of, R, h, lhs, rhs)
+
+
+def test_estimate_value_is_attained_at_its_point() -> None:
+    inst = A.random_instance(2, 3, 3, seed=8, family="gaussian")
+    for kind in KINDS:
+        e = lipschitz_estimate(inst, kind, radius=3.0, **FAST)
+
+        def F(w: np.ndarray, kind: str = kind) -> np.ndarray:
+            return evaluate(inst, w.reshape(3, 3), kind, "weights")
+
+        assert isinstance(e, LipschitzEstimate) and float(e) == e.value
+        assert jacobian_norm(inst, e.W, kind) == e.value
+        # the factorised search value (λ_max(D G Dᵀ)^½) and the full Jacobian SVD agree
+        assert abs(e.search_value - e.value) <= (est_rtol(inst) + bound_rounding_rtol(inst)) * e.value
+        # an independent Jacobian by central differences of the numpy attention: error
+        # ≤ h²·M₃/6 + eps/h per entry; with h = 1e-5 both are ≤ 1e-9 for O(1) derivatives.
+        Wv = e.W.reshape(-1)
+        J_fd = np.empty((inst.n * inst.T, 9))
+        for k in range(9):
+            dv = np.zeros(9)
+            dv[k] = 1e-5
+            J_fd[:, k] = (F(Wv + dv) - F(Wv - dv)) / 2e-5
+        FD_RTOL = 1e-6  # h² M₃ + eps/h with h = 1e-5 and O(1)-sized derivatives, with margin
+        assert abs(np.linalg.svd(J_fd, compute_uv=False)[0] - e.value) <= FD_RTOL * max(1.0, e.value)
+
+
+def test_estimate_is_deterministic_for_a_seed() -> None:
+    inst = A.random_instance(2, 3, 3, seed=9, family="unit")
+    e1 = lipschitz_estimate(inst, "softmax", radius=5.0, seed=3, **FAST)
+    e2 = lipschitz_estimate(inst, "softmax", radius=5.0, seed=3, **FAST)
+    assert e1.value == e2.value and np.array_equal(e1.W, e2.W)
+
+
+# ----------------------------------------------------------------------------- softmax ≤ ½ linear
+@pytest.mark.parametrize("family", ["gaussian", "unit", "self_attention"])
+def test_normalised_kinds_weights_bound_at_most_half_linear(family: str) -> None:
+    for seed in range(4):
+        inst = A.random_instance(3, 4, 3, seed=seed, family=family)
+        lin = lipschitz_bound(inst, "linear", of="weights")
+        for R in (1e-3, 0.5, 1.0, 10.0, 1e6):
+            for kind in ("softmax", "normalized_linear"):
+                b = lipschitz_bound(inst, kind, radius=R, of="weights")
+                assert isinstance(b, LipschitzBound)
+                # exact in floating point: the cap ½||L|| is one of the candidates, and the
+                # rounding allowance depends on the instance's sizes only
+                assert b.value <= 0.5 * lin.value
+                assert b.jacobian_factor <= 0.5 and b.logit_norm == lin.logit_norm
+            # on large balls the cap is what certifies: the radius bound p_i → 1
+        big = lipschitz_bound(inst, "softmax", radius=1e6)
+        assert big.value == 0.5 * lin.value
+
+
+def test_small_radius_bound_tends_to_uniform_jacobian() -> None:
+    """At ``R → 0`` the weights are uniform, ``||diag(s) − ssᵀ|| = 1/T``; the bound's factor → 1/T."""
+    inst = A.random_instance(2, 5, 3, seed=1)
+    b = lipschitz_bound(inst, "softmax", radius=1e-9)
+    # p_i = 1/(1 + Σ e^{−Rδ}) = 1/T + O(R·max δ); with R = 1e-9 and δ = O(10) the excess is ≤ 1e-7.
+    assert abs(b.jacobian_factor - 1 / inst.T) <= 1e-7
+    e = lipschitz_estimate(inst, "softmax", radius=1e-9, **FAST)
+    # the attained value is ||blockdiag((1/T)(I − 11ᵀ/T)) 𝓛|| ≤ (1/T)||𝓛|| ≈ the bound
+    assert e.value <= b.value * (1 + est_rtol(inst))
+    assert b.value <= (1 / inst.T) * (1 + 1e-6) * b.logit_norm
+
+
+def test_max_weight_bound_sound_and_attained() -> None:
+    """``p_i ≥ max_t s_it`` on the ball (sampled), with equality where the logit bounds are attained.
+
+    softmax, ``T = 2``: ``W = R (x₁ − x₂) zᵀ / (||x₁ − x₂|| ||z||)`` gives ``l₁ − l₂ = R ||x₁ − x₂|| ||z||``,
+    so ``s₁ = σ(R δ) = p``. normalized_linear with ``x₂ = −2x₁``: ``W = R x̂₁ ẑᵀ`` gives ``l₁ = R c₁``
+    and ``l₂ = −R c₂`` at once, the two extremes the bound uses.
+    """
+    from attnsvm.lipschitz import _max_weight_bound
+
+    SIGMOID_RTOL = 16 * EPS  # a log-sum-exp and an exp, a few roundings each
+    inst = _two_token((1.0, 0.5), (-0.5, 2.0), z=(0.7, -0.2))
+    for R in (0.1, 1.0, 5.0):
+        x1, x2 = inst.X[0]
+        zz = inst.z[0]
+        dx = x1 - x2
+        W = R * np.outer(dx, zz) / (np.linalg.norm(dx) * np.linalg.norm(zz))
+        s1 = A.attention(inst, W, "softmax")[0, 0]
+        p = _max_weight_bound(inst, "softmax", R)[0]
+        assert abs(p - s1) <= SIGMOID_RTOL
+    anti = _two_token((1.0, 0.5), (-2.0, -1.0), z=(0.7, -0.2))
+    for R in (0.1, 1.0, 5.0):
+        x1 = anti.X[0, 0]
+        zz = anti.z[0]
+        W = R * np.outer(x1, zz) / (np.linalg.norm(x1) * np.linalg.norm(zz))
+        s1 = A.attention(anti, W, "normalized_linear")[0, 0]
+        p = _max_weight_bound(anti, "normalized_linear", R)[0]
+        assert abs(p - s1) <= SIGMOID_RTOL
+    rng = np.random.default_rng(4)
+    for family in ("gaussian", "unit", "self_attention"):
+        big = A.random_instance(3, 5, 3, seed=6, family=family)
+        for R in (0.05, 0.5, 2.0):
+            for kind in ("softmax", "normalized_linear"):
+                p = _max_weight_bound(big, kind, R)
+                for _ in range(50):
+                    W = in_ball(rng, 3, R)
+                    W = W * (R / np.linalg.norm(W))  # the sphere: the largest logits
+                    assert np.all(A.attention(big, W, kind).max(axis=1) <= p * (1 + SIGMOID_RTOL))
+
+
+# ----------------------------------------------------------------------------- Jacobian factors
+def _adversarial_max(fn, dim: int, seeds: int, iters: int) -> float:
+    best = -math.inf
+    for seed in range(seeds):
+        g = torch.Generator().manual_seed(seed)
+        p = (3.0 * torch.randn(dim, generator=g, dtype=torch.float64)).requires_grad_(True)
+        opt = torch.optim.Adam([p], lr=0.05)
+        for _ in range(iters):
+            opt.zero_grad()
+            (-fn(p)).backward()
+            opt.step()
+        best = max(best, float(fn(p.detach())))
+    return best
+
+
+@pytest.mark.parametrize("T", [2, 3, 5, 8])
+def test_normalized_linear_jacobian_norm_at_most_half_adversarial(T: int) -> None:
+    """``||diag(s∘r) − s(s∘r)ᵀ||₂ ≤ min(½, max s)`` for every ``s`` in the simplex and ``r ∈ (0, 1]``.
+
+    The matrix is not symmetric; it factors as ``(diag s − ssᵀ) diag r``. An adversarial search
+    over free ``(s, r)`` (a superset of what ``φ = elu + 1`` can produce) stays below ½.
+    """
+
+    def norm(p: torch.Tensor) -> torch.Tensor:
+        s = torch.softmax(p[:T], 0)
+        r = torch.sigmoid(p[T:])
+        w = s * r
+        return torch.linalg.matrix_norm(torch.diag(w) - torch.outer(s, w), 2)
+
+    best = _adversarial_max(norm, 2 * T, seeds=3, iters=250)
+    SVD_RTOL = 8 * T * EPS  # rounding of a T × T spectral norm
+    assert best <= 0.5 * (1 + SVD_RTOL)
+    assert best >= 0.45  # the search reaches the supremum region (½ at s = (½, ½, 0, ...), r = 1)
+    # and the max-weight factor: random (s, r)
+    rng = np.random.default_rng(T)
+    for _ in range(200):
+        s = rng.dirichlet(np.full(T, 0.3))
+        r = rng.uniform(0, 1, T)
+        J = np.diag(s * r) - np.outer(s, s * r)
+        assert np.linalg.norm(J, 2) <= min(0.5, s.max()) * (1 + SVD_RTOL)
+
+
+def test_normalized_linear_autograd_jacobian_factorises() -> None:
+    """The torch Jacobian of ``φ(l)/1ᵀφ(l)`` equals ``(diag s − ssᵀ) diag(φ'/φ)``, ``φ = elu + 1``."""
+    from attnsvm.lipschitz import _torch_head
+
+    head = _torch_head("normalized_linear", "weights")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        l = torch.as_tensor(rng.normal(scale=3, size=5))
+        J = torch.func.jacrev(head)(l, torch.zeros(5)).numpy()
+        ln = l.numpy()
+        phi = np.where(ln > 0, 1 + ln, np.exp(np.minimum(ln, 0)))
+        r = np.where(ln > 0, 1 / (1 + np.maximum(ln, 0)), 1.0)
+        s = phi / phi.sum()
+        np.testing.assert_allclose(J, (np.diag(s) - np.outer(s, s)) @ np.diag(r), rtol=0, atol=32 * EPS)
+        assert np.all((r > 0) & (r <= 1))
+
+
+@pytest.mark.parametrize("T", [2, 3, 6])
+def test_output_factor_spread_bound_adversarial_and_tight(T: int) -> None:
+    """``||s∘(a − f)||₂ ≤ (√2/4)(max a − min a)``, ``f = sᵀa``; equality at ``T = 2``, ``s = (½, ½)``."""
+
+    def ratio(p: torch.Tensor) -> torch.Tensor:
+        s = torch.softmax(p[:T], 0)
+        a = p[T:]
+        f = (s * a).sum()
+        return torch.linalg.vector_norm(s * (a - f)) / (a.max() - a.min())
+
+    best = _adversarial_max(ratio, 2 * T, seeds=3, iters=250)
+    assert best <= SPREAD_FACTOR * (1 + 16 * T * EPS)  # T-term sums, a few roundings each
+    s = np.array([0.5, 0.5])
+    a = np.array([0.0, 1.0])
+    assert abs(np.linalg.norm(s * (a - s @ a)) - SPREAD_FACTOR) <= 4 * EPS
+
+
+# ----------------------------------------------------------------------------- where orderings fail
+def _two_token(x1, x2, v=(1.0, 0.0), z=(1.0, 0.0)) -> A.Instance:
+    return A.Instance(np.array([[x1, x2]], dtype=float), np.array([1.0]), np.array(v), np.array([z]))
+
+
+def test_counterexample_softmax_output_less_stable_than_linear_output() -> None:
+    """Refutes "softmax output is more stable than linear output" (for any constant factor).
+
+    Exact condition for ``n = 1, T = 2`` (every radius): the softmax output Jacobian is
+    ``s₁s₂ (a₁ − a₂) z ⊗ (x₁ − x₂)``, maximal at ``s = (½, ½)`` (``W = 0``), so
+    ``Lip_softmax,out = ¼ ||z|| |a₁ − a₂| ||x₁ − x₂||``, while ``Lip_linear,out = ||z|| ||a₁x₁ + a₂x₂||``.
+    Softmax is less stable iff ``|a₁ − a₂| ||x₁ − x₂|| > 4 ||a₁x₁ + a₂x₂||``. Minimal case (d = 2):
+    ``x₁ = (ε, 0), x₂ = (0, 1), v = z = e₁``: ``a = (ε, 0)``, linear ``ε²``, softmax
+    ``(ε/4)√(1 + ε²)``; the ratio ``√(1+ε²)/(4ε)`` is unbounded as ``ε → 0`` (fails for ε < 1/√15).
+    Mechanism: linear attention ignores a zero-value token entirely, softmax does not, since moving
+    weight onto it changes ``f`` through the normalisation.
+    """
+    for eps_ in (0.1, 0.01):
+        inst = _two_token((eps_, 0.0), (0.0, 1.0))
+        lin = lipschitz_bound(inst, "linear", of="output")  # exact norm
+        assert abs(lin.nominal - eps_**2) <= 8 * EPS * eps_**2
+        closed = eps_ / 4 * math.sqrt(1 + eps_**2)
+        at_zero = jacobian_norm(inst, np.zeros((2, 2)), "softmax", "output")
+        assert abs(at_zero - closed) <= 8 * EPS * closed
+        for R in (1e-3, 1.0, 1e3):
+            est = lipschitz_estimate(inst, "softmax", radius=R, of="output", **FAST)
+            assert est.value >= at_zero  # the origin is a candidate
+            assert est.value <= closed * (1 + est_rtol(inst))  # the closed form is the supremum
+            assert est.value > lin.value  # the ordering fails, on every ball
+        assert closed / lin.nominal >= 1 / (4 * eps_)
+    # The boundary of the condition: ε = 1/√15 gives equality; ε = 0.3 (> 1/√15) keeps the ordering.
+    inst = _two_token((0.3, 0.0), (0.0, 1.0))
+    assert 0.3 / 4 * math.sqrt(1 + 0.09) < lipschitz_bound(inst, "linear", of="output").nominal
+
+
+def test_counterexample_normalized_linear_weights_less_stable_than_softmax() -> None:
+    """Refutes "softmax weights ≤ normalized_linear weights" as a universal ordering (the converse of
+    the seed's ranking if one reads φ = elu + 1 attention as the linear competitor).
+
+    Facts: (i) at ``W = 0`` both kinds have the same Jacobian (``φ(0) = φ'(0) = 1``), so
+    ``Lip_nl(R) ≥ ||J(0)||₂`` always; (ii) for ``n = 1, T = 2`` the softmax Jacobian is
+    ``s₁s₂ (1, −1)ᵀ z ⊗ (x₁ − x₂)`` with supremum at ``W = 0``, so ``Lip_softmax = (√2/4)||z|| ||x₁ − x₂||``
+    exactly and ``Lip_nl(R) ≥ Lip_softmax(R)`` for every such instance and radius. Strict when the
+    tokens are nearly parallel: the normalized-linear Jacobian is ``s₁s₂ (1, −1)ᵀ z ⊗ (r₁x₁ − r₂x₂)``
+    and ``r = φ'/φ`` differs between tokens once a logit is positive. Minimal case (d = 2):
+    ``x₁ = (1, 0), x₂ = (1, δ), z = e₁, W = (2/δ) e₂e₁ᵀ`` (``l = (0, 2)``, ``||W||_F = 2/δ``):
+    ``||J_nl|| = √2 (3/16) ||(2/3, −δ/3)||`` vs ``(√2/4) δ``; softmax is more stable iff
+    ``δ ≳ ½`` here, and needs ``R ≥ 2/δ``.
+    """
+    delta = 0.1
+    inst = _two_token((1.0, 0.0), (1.0, delta))
+    exact_softmax = math.sqrt(2) / 4 * delta
+    R = 2 / delta
+    W = np.array([[0.0, 0.0], [R, 0.0]])
+    nl_at_W = jacobian_norm(inst, W, "normalized_linear")
+    closed = math.sqrt(2) * 3 / 16 * math.hypot(2 / 3, delta / 3)
+    assert abs(nl_at_W - closed) <= 64 * EPS
+    assert nl_at_W > 4 * exact_softmax
+    e_sm = lipschitz_estimate(inst, "softmax", radius=R, **FAST)
+    assert e_sm.value <= exact_softmax * (1 + est_rtol(inst))  # the closed form is the supremum
+    assert abs(jacobian_norm(inst, np.zeros((2, 2)), "softmax") - exact_softmax) <= 8 * EPS
+    # the default search (not FAST) finds a point nearly as good as the pinned one by itself
+    e_nl = lipschitz_estimate(inst, "normalized_linear", radius=R)
+    assert e_nl.value > 4 * e_sm.value
+    # the certified bounds cannot see the difference: both are ½||𝓛|| on this ball
+    assert (
+        lipschitz_bound(inst, "softmax", radius=R).value
+        == lipschitz_bound(inst, "normalized_linear", radius=R).value
+    )
+
+
+def test_softmax_and_normalized_linear_agree_at_origin() -> None:
+    for seed in range(3):
+        inst = A.random_instance(2, 4, 3, seed=seed)
+        Z = np.zeros((3, 3))
+        for of in OFS:
+            a = jacobian_norm(inst, Z, "softmax", of)
+            b = jacobian_norm(inst, Z, "normalized_linear", of)
+            assert abs(a - b) <= est_rtol(inst) * max(a, b)
+
+
+# ----------------------------------------------------------------------------- comparison helper
+def test_compare_lipschitz_rows() -> None:
+    insts = [A.random_instance(2, 3, 3, seed=s) for s in range(2)]
+    radii = [0.5, 5.0]
+    radii_before = list(radii)
+    rows = compare_lipschitz(insts, radii, of="weights", samples=4, steps=4)
+    assert radii == radii_before
+    assert len(rows) == 4
+    for row in rows:
+        for kind in KINDS:
+            assert row[f"gap_{kind}"] >= 1.0 - est_rtol(insts[0])
+        assert row["bound_ratio_softmax/linear"] <= 0.5
+        assert row["estimate_ratio_softmax/linear"] == row["estimate_softmax"] / row["estimate_linear"]
+        assert (
+            row["bound_ratio_softmax/normalized_linear"]
+            == row["bound_softmax"] / row["bound_normalized_linear"]
+        )
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("radius", [0, 0.0, -1.0, float("nan"), float("inf"), "1", None, True])
+def test_bad_radius(radius: object) -> None:
+    inst = A.random_instance(1, 2, 2)
+    with pytest.raises(AttnSVMError, match="radius"):
+        lipschitz_bound(inst, "softmax", radius=radius)  # type: ignore[arg-type]
+    with pytest.raises(AttnSVMError, match="radius"):
+        lipschitz_estimate(inst, "softmax", radius=radius)  # type: ignore[arg-type]
+    with pytest.raises(AttnSVMError, match="radius"):
+        compare_lipschitz([inst], [radius])  # type: ignore[list-item]
+
+
+def test_bad_names() -> None:
+    inst = A.random_instance(1, 2, 2)
+    for fn in (lipschitz_bound, lipschitz_estimate):
+        with pytest.raises(UnknownNameError, match="attention kind"):
+            fn(inst, "relu")
+        with pytest.raises(UnknownNameError, match="'weights', 'output'"):
+            fn(inst, "softmax", of="logits")
+        with pytest.raises(AttnSVMError, match="only .* wrt='W'"):
+            fn(inst, "softmax", wrt="X")
+    with pytest.raises(UnknownNameError):
+        compare_lipschitz([inst], [1.0], of="gradient")
+    with pytest.raises(AttnSVMError, match="Instance"):
+        compare_lipschitz([inst.X], [1.0])  # type: ignore[list-item]
+
+
+def test_bad_search_settings_and_weights() -> None:
+    inst = A.random_instance(1, 2, 2)
+    for kw in ({"samples": -1}, {"steps": 1.5}, {"starts": 0}, {"seed": "a"}, {"samples": True}):
+        with pytest.raises(AttnSVMError):
+            lipschitz_estimate(inst, **kw)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInstanceError, match="shape"):
+        jacobian_norm(inst, np.zeros((3, 3)))
+    W = np.array([[np.nan, 0.0], [0.0, 0.0]])
+    with pytest.raises(InvalidInstanceError, match="finite"):
+        jacobian_norm(inst, W)
+    W_in = np.ones((2, 2))
+    W_copy = W_in.copy()
+    jacobian_norm(inst, W_in)
+    assert np.array_equal(W_in, W_copy)
+
+
+def test_overflowing_radius_raises_not_nan() -> None:
+    """Logits beyond float64 range give a NumericalError, never a NaN estimate."""
+    inst = _two_token((10.0, 10.0), (1.0, 0.0), z=(10.0, 10.0))
+    W = np.full((2, 2), 1e308)  # logits ≈ 4e310: inf in float64
+    for kind in ("softmax", "normalized_linear"):
+        with pytest.raises(NumericalError, match="not finite"):
+            jacobian_norm(inst, W, kind)
+    # the linear Jacobian does not depend on W: still exact there
+    lin = jacobian_norm(inst, W, "linear")
+    assert abs(lin - logit_norm(inst)) <= est_rtol(inst) * lin
+    # saturated but finite logits (≈ 1e307): the Jacobian underflows to exactly 0, which is the
+    # correctly rounded value (its size is e^{-1e307})
+    assert jacobian_norm(A.random_instance(1, 2, 2, seed=0), np.full((2, 2), 1e308), "softmax") == 0.0
+    b = lipschitz_bound(inst, "softmax", radius=1e300)
+    assert math.isfinite(b.value)
