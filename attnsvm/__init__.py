@@ -17,8 +17,25 @@ from .errors import (
     TiedScoresError,
     UnknownNameError,
 )
+from .gd import (
+    BatchTrajectory,
+    GDRecord,
+    GDTrajectory,
+    KQTrajectory,
+    PathPoint,
+    RateFit,
+    RegularizationPath,
+    direction_corr,
+    direction_gap,
+    fit_rate,
+    regularization_path,
+    run_gd,
+    run_gd_batch,
+    run_gd_kq,
+)
 from .grad import GradDirection, normalized_risk_grad, risk, risk_grad, risk_grad_textbook
 from .instance import FAMILIES, Instance, random_instance
+from .joint import run_joint_gd, solve_joint_svm
 from .lipschitz import (
     LipschitzBound,
     LipschitzEstimate,
@@ -28,6 +45,9 @@ from .lipschitz import (
     lipschitz_estimate,
 )
 from .losses import LOSSES, Loss, LossAssumptions, get_loss
+from .mirror import bregman_divergence, run_mirror_descent, solve_lp_svm
+from .multitoken import predict_multitoken, run_multitoken_gd, selected_sets
+from .prompt import prompt_regularization_path, run_prompt_gd, solve_prompt_svm
 from .svm import (
     SVM_METHODS,
     SVM_NORMS,
@@ -46,6 +66,31 @@ from .tensor import svm_constraints, svm_gram, svm_margins, svm_rows, unvec, unv
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchTrajectory",
+    "GDRecord",
+    "GDTrajectory",
+    "KQTrajectory",
+    "PathPoint",
+    "RateFit",
+    "RegularizationPath",
+    "direction_corr",
+    "direction_gap",
+    "fit_rate",
+    "regularization_path",
+    "run_gd",
+    "run_gd_batch",
+    "run_gd_kq",
+    "run_joint_gd",
+    "solve_joint_svm",
+    "bregman_divergence",
+    "run_mirror_descent",
+    "solve_lp_svm",
+    "predict_multitoken",
+    "run_multitoken_gd",
+    "selected_sets",
+    "prompt_regularization_path",
+    "run_prompt_gd",
+    "solve_prompt_svm",
     "LipschitzBound",
     "LipschitzEstimate",
     "compare_lipschitz",

@@ -1,0 +1,1166 @@
+"""Gradient-descent engines that keep the direction: single runs, batches, regularization paths.
+
+GD on softmax attention drives ``||W|| → ∞``; the claim under test is about the limit direction
+``W/||W||`` (the Att-SVM solution ``W_mm``). The engines here follow that direction exactly for as
+long as a user asks:
+
+* :func:`run_gd` — one instance, float64 NumPy, plain GD ``W ← W − η∇L(W)`` or normalized GD
+  ``W ← W − η∇L(W)/||∇L(W)||_F``. The normalized direction comes from the core's log-domain
+  :func:`attnsvm.grad.normalized_risk_grad_of`, so it stays exact after ``∇L`` underflows
+  (10⁶ steps, ``||W||`` ~ 10⁵); plain GD reports gradient underflow instead of stalling silently.
+* :func:`run_gd_batch` — many equal-shaped instances in one torch float64 computation
+  (CPU or CUDA), closed-form gradients, the same cancellation-free, log-domain direction.
+* :func:`regularization_path` — warm-started projected normalized GD onto ``||W||_F ≤ R``.
+* :func:`run_gd_kq` — GD on the factors of ``W = K Qᵀ``.
+* :func:`direction_corr`, :func:`direction_gap`, :func:`fit_rate` — measuring the direction.
+
+Data flow: gd takes a reference direction (e.g. ``attnsvm.svm.solve_svm(inst).W``) as an
+argument and never imports the SVM solvers.
+
+References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (normalized GD, convergence
+in direction, regularization path, ``W = KQᵀ`` and the nuclear-norm SVM); Tarzanagh, Li, Zhang,
+Oymak, arXiv 2306.13596 (max-margin token selection).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .attention import logits_of
+from .errors import AttnSVMError, InvalidInstanceError, NumericalError
+from .grad import normalized_risk_grad_of, risk_grad_of, risk_of
+from .instance import Instance, as_real_array
+from .losses import Loss, LossLike, get_loss
+
+__all__ = [
+    "GDRecord",
+    "GDTrajectory",
+    "BatchTrajectory",
+    "PathPoint",
+    "RegularizationPath",
+    "KQTrajectory",
+    "RateFit",
+    "run_gd",
+    "run_gd_batch",
+    "run_gd_kq",
+    "regularization_path",
+    "direction_corr",
+    "direction_gap",
+    "fit_rate",
+    "default_record_steps",
+]
+
+FloatArray = NDArray[np.float64]
+
+#: Smallest positive normal float64. A plain-GD gradient whose norm falls below it has lost
+#: relative precision (subnormal) or underflowed to 0: the update is no longer ``η∇L``.
+_TINY = float(np.finfo(np.float64).tiny)
+
+
+# =================================================================== direction measures
+def _unit(W: FloatArray) -> FloatArray:
+    # Scale by the largest entry before the norm: sqrt(Σ w²) overflows for entries ≳ 1e154
+    # and underflows for entries ≲ 1e-154; the scaled form is exact in both ranges.
+    m = float(np.max(np.abs(W)))
+    Ws = W / m
+    return Ws / float(np.sqrt(np.sum(Ws * Ws)))
+
+
+def _fro(W: FloatArray) -> float:
+    """``||W||_F`` without overflow or underflow of the squares (scaled by the largest entry)."""
+    m = float(np.max(np.abs(W))) if W.size else 0.0
+    if m == 0.0 or not math.isfinite(m):
+        return m
+    Ws = W / m
+    return m * float(np.sqrt(np.sum(Ws * Ws)))
+
+
+def _check_pair(W1: ArrayLike, W2: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    a = as_real_array(W1, "W1")
+    b = as_real_array(W2, "W2")
+    if a.shape != b.shape:
+        raise InvalidInstanceError(f"W1 and W2 must have the same shape; got {a.shape} and {b.shape}")
+    for name, M in (("W1", a), ("W2", b)):
+        if M.size == 0 or not np.any(M != 0):
+            raise InvalidInstanceError(
+                f"{name} is the zero matrix (or empty); it has no direction. Pass a nonzero matrix."
+            )
+    return a, b
+
+
+def direction_corr(W1: ArrayLike, W2: ArrayLike) -> float:
+    """Direction correlation ``⟨W1, W2⟩ / (||W1||_F ||W2||_F)`` in ``[−1, 1]``.
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (the correlation plotted
+    against ``W_mm``).
+
+    Args:
+      W1, W2: real finite nonzero arrays of the same shape (usually ``(d, d)``).
+
+    Returns:
+      The cosine of the angle between them. For ``1 − corr`` below ~1e-8 use
+      :func:`direction_gap`, which does not cancel.
+    """
+    a, b = _check_pair(W1, W2)
+    ua, ub = _unit(a), _unit(b)
+    return float(np.clip(np.sum(ua * ub), -1.0, 1.0))
+
+
+def direction_gap(W1: ArrayLike, W2: ArrayLike) -> float:
+    """Direction gap ``½||Ŵ1 − Ŵ2||_F² = 1 − corr(W1, W2)``, accurate for tiny gaps.
+
+    ``Ŵ = W/||W||_F``. Numerically stable form: ``1 − corr`` computed as a difference keeps only
+    absolute accuracy ~1e-16 (a gap of 1e-11 would have 5 correct digits); the squared norm of
+    the difference of the unit matrices has *relative* accuracy ~1e-16/||Ŵ1 − Ŵ2||.
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
+
+    Args:
+      W1, W2: real finite nonzero arrays of the same shape.
+
+    Returns:
+      The gap in ``[0, 2]``.
+    """
+    a, b = _check_pair(W1, W2)
+    D = _unit(a) - _unit(b)  # stable: no 1 − cos cancellation
+    return float(0.5 * np.sum(D * D))
+
+
+class RateFit(NamedTuple):
+    """Least-squares fit ``log10 gap ≈ slope · log10 x + intercept`` and its ``R²``."""
+
+    slope: float
+    intercept: float
+    r2: float
+    n_points: int
+
+
+def fit_rate(x: ArrayLike, gap: ArrayLike) -> RateFit:
+    """Fit the log-log rate ``gap ≈ 10^intercept · x^slope`` of a direction gap.
+
+    ``gap`` is typically ``1 − corr(W_t, W_mm)`` (from :func:`direction_gap`) and ``x`` the
+    steps ``t`` or the norms ``||W_t||``; e.g. a gap ``∝ 1/||W||²`` gives slope ``−2``.
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (rates of convergence in
+    direction).
+
+    Args:
+      x: positive finite values, shape ``(k,)``, ``k ≥ 3``, not all equal.
+      gap: positive finite values, shape ``(k,)``.
+
+    Returns:
+      :class:`RateFit` with the slope, intercept, coefficient of determination ``R²`` of the
+      fit in log-log space (1 for points exactly on a line) and the number of points.
+    """
+    xa = as_real_array(x, "x", ndim=1)
+    ga = as_real_array(gap, "gap", ndim=1)
+    if xa.shape != ga.shape:
+        raise InvalidInstanceError(f"x and gap must have the same length; got {xa.size} and {ga.size}")
+    if xa.size < 3:
+        raise InvalidInstanceError(f"fit_rate needs at least 3 points for a slope and its R²; got {xa.size}")
+    for name, arr in (("x", xa), ("gap", ga)):
+        if np.any(arr <= 0):
+            i = int(np.flatnonzero(arr <= 0)[0])
+            raise InvalidInstanceError(
+                f"{name} must be positive for a log-log fit; {name}[{i}] = {arr[i]!r}. "
+                "Drop zero gaps (direction already exact) or steps 0."
+            )
+    lx, lg = np.log10(xa), np.log10(ga)
+    if np.ptp(lx) == 0:
+        raise InvalidInstanceError("x values are all equal; the slope is undefined")
+    A = np.stack([lx, np.ones_like(lx)], axis=1)
+    coef = np.linalg.lstsq(A, lg, rcond=None)[0]
+    resid = lg - A @ coef
+    ss_tot = float(np.sum((lg - lg.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else 1.0
+    return RateFit(float(coef[0]), float(coef[1]), r2, int(xa.size))
+
+
+# ============================================================================ checking
+def check_steps(steps: Any, name: str = "steps") -> int:
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise AttnSVMError(f"{name} must be an integer ≥ 1; got {steps!r}")
+    return int(steps)
+
+
+def check_lr(lr: Any, name: str = "lr") -> float:
+    try:
+        val = float(lr)
+    except (TypeError, ValueError):
+        raise AttnSVMError(f"{name} must be a positive finite number; got {lr!r}") from None
+    if isinstance(lr, bool) or not math.isfinite(val) or val <= 0:
+        raise AttnSVMError(f"{name} must be a positive finite number (the step size η); got {lr!r}")
+    return val
+
+
+def _check_inst(inst: Any) -> Instance:
+    if not isinstance(inst, Instance):
+        raise InvalidInstanceError(
+            f"inst must be an attnsvm.Instance; got {type(inst).__name__} (build one with attnsvm.Instance(X, Y, v, z))"
+        )
+    return inst
+
+
+def _check_reference(inst: Instance, reference: ArrayLike | None) -> FloatArray | None:
+    if reference is None:
+        return None
+    R = inst.check_weights(reference, "reference")
+    if not np.any(R != 0):
+        raise InvalidInstanceError("reference is the zero matrix; it has no direction")
+    return R
+
+
+def default_record_steps(steps: int, points: int = 25) -> NDArray[np.int64]:
+    """Log-spaced record steps ``1 … steps`` (about ``points`` of them, always including both ends)."""
+    steps = check_steps(steps)
+    grid = np.unique(np.round(np.logspace(0, math.log10(steps), points)).astype(np.int64))
+    return np.unique(np.concatenate([grid, [steps]]))
+
+
+def record_steps(record_at: int | Sequence[int] | ArrayLike | None, steps: int) -> NDArray[np.int64]:
+    if record_at is None:
+        return default_record_steps(steps)
+    if isinstance(record_at, (int, np.integer)) and not isinstance(record_at, bool):
+        if record_at < 1:
+            raise AttnSVMError(
+                f"record_at as an integer is a record interval and must be ≥ 1; got {record_at}"
+            )
+        return np.unique(np.concatenate([np.arange(record_at, steps + 1, record_at), [steps]])).astype(
+            np.int64
+        )
+    arr = np.asarray(record_at)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise AttnSVMError("record_at must be None, an interval (int ≥ 1) or a 1-D list of integer steps")
+    if arr.size and (arr.min() < 0 or arr.max() > steps):
+        raise AttnSVMError(
+            f"record_at steps must lie in [0, steps] = [0, {steps}]; got {arr.min()}..{arr.max()}"
+        )
+    return np.unique(np.concatenate([arr.astype(np.int64), [steps]]))
+
+
+# ====================================================================== single engine
+class GDRecord(NamedTuple):
+    """State of a GD run at one recorded step.
+
+    Attributes:
+      step: the step count ``t`` (``W_t`` after ``t`` updates).
+      norm: ``||W_t||_F``.
+      risk: ``L(W_t)``.
+      tokens: selected tokens ``argmax_t s_it(W_t)``, shape ``(n,)``.
+      corr: ``corr(W_t, reference)`` (NaN when no reference was given or ``W_t = 0``).
+      gap: ``½||Ŵ_t − R̂||²`` (NaN likewise).
+      log10_grad_norm: ``log10 ||∇L(W_t)||_F``, exact from log-magnitudes even when the
+        gradient underflows (``−inf`` only when the gradient is exactly zero).
+      W: a copy of ``W_t`` when the run was asked to keep iterates, else ``None``.
+    """
+
+    step: int
+    norm: float
+    risk: float
+    tokens: NDArray[np.intp]
+    corr: float
+    gap: float
+    log10_grad_norm: float
+    W: FloatArray | None = None
+
+
+@dataclass
+class GDTrajectory:
+    """Result of :func:`run_gd` / :func:`run_gd_kq`.
+
+    Attributes:
+      W: final iterate, shape ``(d, d)``.
+      record: one :class:`GDRecord` per recorded step (the last one is the final state).
+      steps_run: updates performed (less than asked after an early or saturation stop).
+      stop_reason: ``"steps"``, ``"settled"`` (early stop), ``"gradient underflow"`` or
+        ``"stalled"`` (plain GD whose update no longer changes ``W`` in float64).
+      saturated: ``True`` when plain GD stopped because the gradient underflowed or the update
+        vanished; the iterate is then *not* where exact GD would be after ``steps`` steps.
+      normalized, lr, loss: the run's settings.
+    """
+
+    W: FloatArray
+    record: list[GDRecord]
+    steps_run: int
+    stop_reason: str
+    saturated: bool
+    normalized: bool
+    lr: float
+    loss: str
+
+    def _col(self, name: str) -> FloatArray:
+        return np.array([getattr(r, name) for r in self.record], dtype=np.float64)
+
+    @property
+    def steps(self) -> NDArray[np.int64]:
+        """Recorded steps, shape ``(k,)``."""
+        return np.array([r.step for r in self.record], dtype=np.int64)
+
+    @property
+    def norms(self) -> FloatArray:
+        """``||W_t||_F`` at the recorded steps, shape ``(k,)``."""
+        return self._col("norm")
+
+    @property
+    def risks(self) -> FloatArray:
+        """``L(W_t)``, shape ``(k,)``."""
+        return self._col("risk")
+
+    @property
+    def corrs(self) -> FloatArray:
+        """``corr(W_t, reference)``, shape ``(k,)``."""
+        return self._col("corr")
+
+    @property
+    def gaps(self) -> FloatArray:
+        """``½||Ŵ_t − R̂||²``, shape ``(k,)``."""
+        return self._col("gap")
+
+    @property
+    def log10_grad_norms(self) -> FloatArray:
+        """``log10||∇L(W_t)||_F``, shape ``(k,)``."""
+        return self._col("log10_grad_norm")
+
+    @property
+    def tokens(self) -> NDArray[np.intp]:
+        """Selected tokens at the recorded steps, shape ``(k, n)``."""
+        return np.stack([r.tokens for r in self.record])
+
+    @property
+    def final_tokens(self) -> NDArray[np.intp]:
+        """``α_final``: the tokens selected by the final iterate, shape ``(n,)``."""
+        return self.record[-1].tokens
+
+
+def _loss_name(lo: Any) -> str:
+    return str(getattr(lo, "name", type(lo).__name__))
+
+
+def _log10_grad_norm(inst: Instance, W: FloatArray, lo: Any) -> float:
+    try:
+        return normalized_risk_grad_of(inst.X, inst.Y, inst.z, inst.v, W, lo).log_norm / math.log(10.0)
+    except NumericalError:
+        return -math.inf  # the gradient is exactly zero (stationary W)
+
+
+def _make_record(
+    inst: Instance, W: FloatArray, lo: Any, step: int, ref: FloatArray | None, log10_g: float, keep: bool
+) -> GDRecord:
+    tokens = np.argmax(logits_of(inst.X, inst.z, W), axis=1).astype(np.intp)
+    nonzero = bool(np.any(W != 0))
+    corr = direction_corr(W, ref) if ref is not None and nonzero else math.nan
+    gap = direction_gap(W, ref) if ref is not None and nonzero else math.nan
+    return GDRecord(
+        step=int(step),
+        norm=_fro(W),
+        risk=risk_of(inst.X, inst.Y, inst.z, inst.v, W, lo),
+        tokens=tokens,
+        corr=corr,
+        gap=gap,
+        log10_grad_norm=float(log10_g),
+        W=np.array(W) if keep else None,
+    )
+
+
+def _initial_W(inst: Instance, W0: ArrayLike | None) -> FloatArray:
+    if W0 is None:
+        return np.zeros((inst.d, inst.d))
+    return np.array(inst.check_weights(W0, "W0"))
+
+
+def _settled(record: list[GDRecord], tol: float) -> bool:
+    """Early-stop criterion: the last three records select the same tokens and the direction moved
+    by at most ``tol`` (as a :func:`direction_gap`) between each of the last two record pairs."""
+    if len(record) < 3:
+        return False
+    r0, r1, r2 = record[-3:]
+    if r0.W is None or r1.W is None or r2.W is None:
+        return False
+    if not (np.array_equal(r0.tokens, r1.tokens) and np.array_equal(r1.tokens, r2.tokens)):
+        return False
+    if not (np.any(r0.W != 0) and np.any(r1.W != 0)):
+        return False
+    return direction_gap(r0.W, r1.W) <= tol and direction_gap(r1.W, r2.W) <= tol
+
+
+def run_gd(
+    inst: Instance,
+    steps: int,
+    lr: float,
+    normalized: bool = True,
+    loss: "str | LossLike" = "logistic",
+    W0: ArrayLike | None = None,
+    record_at: int | Sequence[int] | ArrayLike | None = None,
+    reference: ArrayLike | None = None,
+    early_stop: float | None = None,
+    keep_iterates: bool = False,
+) -> GDTrajectory:
+    """Run GD on the attention risk of one instance, in float64.
+
+    Normalized GD: ``W ← W − η ∇L(W)/||∇L(W)||_F``; plain GD: ``W ← W − η ∇L(W)``.
+
+    The normalized direction is the core's log-domain one
+    (:func:`attnsvm.grad.normalized_risk_grad_of`): it is exact after ``∇L`` underflows, so the
+    iterates keep improving in direction for 10⁶ steps and beyond. Plain GD uses the
+    cancellation-free :func:`attnsvm.grad.risk_grad_of`; when its gradient norm drops below the
+    smallest normal float64 (subnormal or 0) or the update no longer changes ``W``, the run stops
+    and says so (``saturated=True``, ``stop_reason``) rather than returning a stalled iterate as if
+    it were GD's.
+
+    Early stop (``early_stop = tol``): after a record step, stop when the last three records
+    select the same tokens and the direction gap ``½||Ŵ_a − Ŵ_b||²`` between consecutive records
+    is ≤ ``tol`` for both pairs. Checked only at record steps, so it depends on ``record_at``.
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (normalized GD, Thm. on
+    convergence in direction); Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
+
+    Args:
+      inst: the data.
+      steps: number of updates, integer ≥ 1.
+      lr: step size ``η > 0``, finite.
+      normalized: normalized (default) or plain GD.
+      loss: loss name or object.
+      W0: initial ``(d, d)`` matrix, finite; default zeros.
+      record_at: ``None`` (about 25 log-spaced steps), an interval ``k`` (every ``k`` steps) or a
+        list of steps in ``[0, steps]``; the final step is always recorded.
+      reference: a ``(d, d)`` reference direction (e.g. ``W_mm``) for ``corr`` and ``gap``.
+      early_stop: ``None`` (off) or the direction tolerance ``tol ≥ 0`` described above.
+      keep_iterates: store a copy of ``W_t`` in each record.
+
+    Returns:
+      :class:`GDTrajectory`.
+    """
+    inst = _check_inst(inst)
+    steps = check_steps(steps)
+    lr = check_lr(lr)
+    lo = get_loss(loss)
+    W = _initial_W(inst, W0)
+    ref = _check_reference(inst, reference)
+    at = record_steps(record_at, steps)
+    tol = None
+    if early_stop is not None:
+        try:
+            tol = float(early_stop)
+        except (TypeError, ValueError):
+            tol = math.nan
+        if isinstance(early_stop, bool) or not (math.isfinite(tol) and tol >= 0):
+            raise AttnSVMError(f"early_stop must be None or a finite tolerance ≥ 0; got {early_stop!r}")
+    keep = keep_iterates or tol is not None
+    rec_set = {int(s) for s in at}
+    X, Y, z, v = inst.X, inst.Y, inst.z, inst.v
+    record: list[GDRecord] = []
+    stop, saturated, t = "steps", False, 0
+
+    def grad_log10(G: Any) -> float:
+        return float(G.log_norm) / math.log(10.0)
+
+    if normalized:
+        cur = None
+        for t in range(0, steps + 1):
+            if t > 0:
+                try:
+                    gd = cur if cur is not None else normalized_risk_grad_of(X, Y, z, v, W, lo)
+                except NumericalError as exc:
+                    raise NumericalError(f"normalized GD at step {t}: {exc}") from exc
+                W = W - lr * gd.direction
+                cur = None
+            if t in rec_set:
+                try:
+                    cur = normalized_risk_grad_of(X, Y, z, v, W, lo)
+                    lg = grad_log10(cur)
+                except NumericalError:
+                    cur, lg = None, -math.inf
+                record.append(_make_record(inst, W, lo, t, ref, lg, keep))
+                if tol is not None and _settled(record, tol) and t < steps:
+                    stop = "settled"
+                    break
+    else:
+        for t in range(0, steps + 1):
+            if t > 0:
+                g = risk_grad_of(X, Y, z, v, W, lo)
+                gn = _fro(g)
+                if not math.isfinite(gn):
+                    raise NumericalError(f"plain GD at step {t}: the gradient is not finite; lower lr")
+                if not gn >= _TINY:
+                    stop, saturated = "gradient underflow", True
+                    t -= 1
+                    break
+                with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
+                    Wn = W - lr * g
+                if not np.all(np.isfinite(Wn)):
+                    raise NumericalError(
+                        f"plain GD diverged at step {t}: W became non-finite (||∇L|| = {gn:.3g}); lower lr"
+                    )
+                if np.array_equal(Wn, W):
+                    stop, saturated = "stalled", True
+                    t -= 1
+                    break
+                W = Wn
+            if t in rec_set:
+                record.append(_make_record(inst, W, lo, t, ref, _log10_grad_norm(inst, W, lo), keep))
+                if tol is not None and _settled(record, tol) and t < steps:
+                    stop = "settled"
+                    break
+        if saturated and (not record or record[-1].step != t):
+            record.append(_make_record(inst, W, lo, t, ref, _log10_grad_norm(inst, W, lo), keep))
+    if not keep_iterates:
+        record = [r._replace(W=None) for r in record]
+    return GDTrajectory(
+        W=W,
+        record=record,
+        steps_run=int(t),
+        stop_reason=stop,
+        saturated=saturated,
+        normalized=bool(normalized),
+        lr=lr,
+        loss=_loss_name(lo),
+    )
+
+
+# ===================================================================== batched engine
+@dataclass
+class BatchTrajectory:
+    """Result of :func:`run_gd_batch`; arrays have a leading record axis ``k`` and batch axis ``B``.
+
+    Attributes:
+      W: final iterates, shape ``(B, d, d)``.
+      steps: recorded steps, shape ``(k,)``.
+      norms, risks, log10_grad_norms: shape ``(k, B)``.
+      tokens: selected tokens, shape ``(k, B, n)``.
+      corrs, gaps: shape ``(k, B)`` when a reference was given, else ``None``.
+      saturated_at: first step at which plain GD's gradient norm fell below the smallest normal
+        float64 (its update is then inexact), ``−1`` if never (always ``−1`` for normalized GD),
+        shape ``(B,)``.
+      device: the torch device the run used.
+    """
+
+    W: FloatArray
+    steps: NDArray[np.int64]
+    norms: FloatArray
+    risks: FloatArray
+    tokens: NDArray[np.intp]
+    log10_grad_norms: FloatArray
+    corrs: FloatArray | None
+    gaps: FloatArray | None
+    saturated_at: NDArray[np.int64]
+    normalized: bool
+    lr: float
+    loss: str
+    device: str
+
+    @property
+    def final_tokens(self) -> NDArray[np.intp]:
+        """Selected tokens of the final iterates, shape ``(B, n)``."""
+        return self.tokens[-1]
+
+
+def _torch_device(device: Any) -> Any:
+    import torch
+
+    if device is None:
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise AttnSVMError(
+            f"device {device!r} is not a torch device name; use 'cpu' or 'cuda' ({exc})"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise AttnSVMError(
+                f"device {device!r} was requested but CUDA is not available to torch on this machine "
+                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda}); use device='cpu'"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise AttnSVMError(
+                f"device {device!r} does not exist; torch sees {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif dev.type != "cpu":
+        raise AttnSVMError(f"device {device!r} is not supported; use 'cpu' or 'cuda'")
+    return dev
+
+
+def _stack_instances(instances: Sequence[Instance]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    if isinstance(instances, Instance):
+        raise AttnSVMError("run_gd_batch takes a sequence of instances; wrap a single one in a list")
+    try:
+        items = list(instances)
+    except TypeError:
+        raise AttnSVMError(
+            f"instances must be a sequence of Instance; got {type(instances).__name__}"
+        ) from None
+    if not items:
+        raise AttnSVMError("instances is empty; pass at least one Instance")
+    for i, it in enumerate(items):
+        if not isinstance(it, Instance):
+            raise AttnSVMError(f"instances[{i}] is a {type(it).__name__}, not an attnsvm Instance")
+    shape = items[0].shape
+    for i, it in enumerate(items):
+        if it.shape != shape:
+            raise AttnSVMError(
+                f"instances must share one shape (n, T, d) to be batched; instances[0] has {shape}, "
+                f"instances[{i}] has {it.shape}. Group instances by shape and call run_gd_batch per group."
+            )
+    X = np.stack([it.X for it in items])
+    Y = np.stack([it.Y for it in items])
+    z = np.stack([it.z for it in items])
+    v = np.stack([it.v for it in items])
+    return X, Y, z, v
+
+
+def _batch_matrices(arg: ArrayLike | None, B: int, d: int, name: str) -> FloatArray | None:
+    if arg is None:
+        return None
+    arr = as_real_array(arg, name)
+    if arr.shape == (d, d):
+        arr = np.broadcast_to(arr, (B, d, d))
+    if arr.shape != (B, d, d):
+        raise InvalidInstanceError(
+            f"{name} must have shape (d, d) = ({d}, {d}) or (B, d, d) = ({B}, {d}, {d}); got {arr.shape}"
+        )
+    return np.array(arr)
+
+
+class _TorchBatch:
+    """Stacked data on a device and the batched closed-form direction (no autograd).
+
+    Layout is token-major and batch-last: ``Xt[t, k, i, b] = X_b[i, t, k]`` (shape
+    ``(T, d, n, B)``), per-token arrays ``(T, n, B)``. Reductions over tokens are then
+    elementwise operations on contiguous ``(n, B)`` slabs, and the two contractions with ``X``
+    (logits and gradient) stream it once each, without temporaries of its size.
+    """
+
+    def __init__(self, X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, lo: Any, device: Any):
+        import torch
+
+        self.torch = torch
+        kw: dict[str, Any] = {"dtype": torch.float64, "device": device}
+        Xd = torch.as_tensor(X, **kw)
+        B, n, T, d = Xd.shape
+        self.B, self.n, self.T, self.d = B, n, T, d
+        self.Xt = Xd.permute(2, 3, 1, 0).contiguous()  # (T, d, n, B)
+        self.zB = torch.as_tensor(z, **kw).contiguous()  # (B, n, d)
+        self.zT = self.zB.transpose(1, 2).contiguous()  # (B, d, n)
+        self.Y = torch.as_tensor(Y, **kw).T.contiguous()  # (n, B)
+        vt = torch.as_tensor(v, **kw).T.contiguous()  # (d, B)
+        self.a = torch.einsum("tknb,kb->tnb", self.Xt, vt).contiguous()  # token values a_it
+        self.gamma = (self.a * self.Y).contiguous()  # token scores γ_it = Y_i a_it, constant
+        self.tok = torch.arange(T, device=device).view(T, 1, 1)
+        self.lo = lo
+        self.log_n = math.log(n)
+        self._log_fn = lo.log_neg_derivative_fn if isinstance(lo, Loss) else None
+        self._l = torch.empty((T, n, B), **kw)
+        self._y = torch.empty((d, n, B), **kw)
+
+    def logits(self, W: Any) -> Any:
+        """Logits ``l_it = x_itᵀ (W z_i)``, shape ``(T, n, B)`` (a reused buffer)."""
+        q = self.torch.bmm(W, self.zT).permute(1, 2, 0).contiguous()  # (d, n, B): q_i = W z_i
+        l, Xt = self._l, self.Xt
+        self.torch.mul(Xt[:, 0], q[0], out=l)
+        for k in range(1, self.d):
+            l.addcmul_(Xt[:, k], q[k])
+        return l
+
+    def log_s(self, W: Any) -> tuple[Any, Any]:
+        """Logits and ``log s`` (log-sum-exp), shapes ``(T, n, B)``."""
+        logits = self.logits(W).clone()
+        return logits, self.torch.log_softmax(logits, dim=0)
+
+    def _signed_log_dl(self, u: Any) -> tuple[Any, Any]:
+        torch = self.torch
+        if self._log_fn is not None:
+            return None, self._log_fn(u)  # ℓ' < 0: sign −1
+        d = self.lo.derivative(u)
+        if not bool(torch.isfinite(d).all()):
+            raise NumericalError("the loss derivative is not finite (NaN or Inf); check the custom loss")
+        return torch.sign(d), torch.log(torch.abs(d))
+
+    def direction(self, W: Any) -> tuple[Any, Any]:
+        """Unit direction of ``∇L(W_b)`` and ``log||∇L(W_b)||``, shapes ``(B, d, d)`` and ``(B,)``.
+
+        Same quantity as :func:`attnsvm.grad.normalized_risk_grad_of`, organised around the
+        selected token ``r_i = argmax_t l_it`` and the runner-up logit ``l2_i`` so that it costs
+        ``O(T)`` per sequence instead of ``O(T²)``. With scores ``γ_it = Y_i a_it``,
+        ``E_iu = e^{l_iu − l2_i}`` (``u ≠ r``), ``δ_it = γ_it − γ_ir``,
+        ``ψ_i = Σ_{u≠r} E_iu δ_iu`` and ``m_i = log s_i,runner-up``:
+
+            Y_i (a_it − f_i) = Σ_u s_iu (γ_it − γ_iu) = δ_it − e^{m_i} ψ_i     (t ≠ r)
+            Y_i (a_ir − f_i) = −e^{m_i} ψ_i,          Y_i f_i = γ_ir + e^{m_i} ψ_i,
+
+        and ``w_it = ℓ'_i Y_i s_it (a_it − f_i) = sign(ℓ'_i) · c_it · e^{L_it}`` with
+        ``L_it = log|ℓ'_i| + log s_it`` (``+ m_i`` for ``t = r``, where ``c = −ψ``): every tiny
+        factor is kept as a logarithm, ``c`` is O(1), and the largest ``L`` of each instance is
+        factored out before anything is exponentiated.
+        """
+        torch = self.torch
+        B = self.B
+        l = self.logits(W)
+        lr, r = torch.max(l, dim=0)  # selected token r (a first maximiser) and its logit
+        onehot = self.tok == r  # (T, n, B)
+        lm = l.masked_fill(onehot, -math.inf)
+        l2 = lm.amax(dim=0)  # runner-up logit
+        Z = lm.sub_(l2)  # l_iu − l2_i ≤ 0 for u ≠ r; −inf at r
+        E = torch.exp(Z)  # ≤ 1, the runner-up is 1: the weights that matter do not underflow
+        g = self.gamma
+        g_r = g.gather(0, r.unsqueeze(0))  # (1, n, B): score of the selected token
+        delta = g - g_r
+        S = E.sum(dim=0)  # ≥ 1
+        psi = (E * delta).sum(dim=0)
+        # Stable log-sum-exp around the top logit: log Σ_u e^{l_u − l_r} = log1p(e^{l2 − l_r} S).
+        lse = torch.log1p(torch.exp(l2 - lr) * S)
+        m = l2 - lr - lse  # log of the runner-up weight
+        em = torch.exp(m)
+        # Cancellation-free margin: Y_i f_i = γ_ir + Σ_u s_iu δ_iu = γ_ir + e^{m_i} ψ_i.
+        u = g_r.squeeze(0) + em * psi
+        sign_l, log_l = self._signed_log_dl(u)
+        # L_it = log|ℓ'_i| + log s_it, log s_it = Z_it + m_i (t ≠ r) and log s_ir + m_i = −lse_i + m_i.
+        L = torch.where(onehot, -lse, Z).add_(m + log_l)
+        top = L.amax(dim=0).amax(dim=0)  # (B,)
+        top_safe = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        Fw = torch.exp(L.sub_(top_safe))
+        # −c: e^{m} ψ − δ_it for t ≠ r (δ dominates at saturation: no cancellation), ψ for t = r;
+        # the minus sign is sign(ℓ') = −1 of a decreasing loss.
+        wsc = Fw.mul_(torch.where(onehot, psi, em * psi - delta))
+        if sign_l is not None:
+            wsc.mul_(-sign_l)
+        y, Xt = self._y, self.Xt
+        torch.mul(Xt[0], wsc[0], out=y)
+        for t in range(1, self.T):
+            y.addcmul_(Xt[t], wsc[t])  # y_i = Σ_t w_it x_it, shape (d, n, B)
+        G = torch.bmm(y.permute(2, 0, 1).contiguous(), self.zB)  # (B, d, d): Σ_i y_i z_iᵀ
+        nrm = torch.linalg.matrix_norm(G)
+        D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (checked by the caller)
+        return D, top + torch.log(nrm) - self.log_n
+
+    def risk(self, W: Any) -> Any:
+        _, log_s = self.log_s(W)
+        f = (self.torch.exp(log_s) * self.a).sum(dim=0)
+        return self.lo.value(self.Y * f).mean(dim=0)
+
+
+def run_gd_batch(
+    instances: Sequence[Instance],
+    steps: int,
+    lr: float,
+    normalized: bool = True,
+    loss: "str | LossLike" = "logistic",
+    device: Any = None,
+    W0: ArrayLike | None = None,
+    record_at: int | Sequence[int] | ArrayLike | None = None,
+    reference: ArrayLike | None = None,
+) -> BatchTrajectory:
+    """Run GD on ``B`` equal-shaped instances at once, in one torch float64 computation.
+
+    Each instance follows exactly the update of :func:`run_gd` (normalized
+    ``W ← W − η∇L/||∇L||_F`` or plain ``W ← W − η∇L``), with closed-form gradients (no autograd)
+    in the cancellation-free, log-domain form of the core, so results equal :func:`run_gd` to
+    ~1e-8 relative or better. Plain GD whose gradient underflows keeps stepping (the update is
+    then inexact) and reports the first such step in ``saturated_at``.
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
+
+    Args:
+      instances: a sequence of ``B`` :class:`Instance` of one shape ``(n, T, d)``.
+      steps, lr, normalized, loss: as :func:`run_gd`.
+      device: ``None``/``"cpu"`` or ``"cuda"`` (raises if CUDA is unavailable).
+      W0: initial matrices, shape ``(d, d)`` (shared) or ``(B, d, d)``; default zeros.
+      record_at: as :func:`run_gd`.
+      reference: reference directions, ``(d, d)`` or ``(B, d, d)``.
+
+    Returns:
+      :class:`BatchTrajectory` (NumPy arrays; ``W`` has shape ``(B, d, d)``).
+    """
+    import torch
+
+    steps = check_steps(steps)
+    lr = check_lr(lr)
+    lo = get_loss(loss)
+    dev = _torch_device(device)
+    X, Y, z, v = _stack_instances(instances)
+    B, n, T, d = X.shape
+    W0a = _batch_matrices(W0, B, d, "W0")
+    ref = _batch_matrices(reference, B, d, "reference")
+    if ref is not None:
+        zero = np.flatnonzero(~np.any(ref.reshape(B, -1) != 0, axis=1))
+        if zero.size:
+            raise InvalidInstanceError(f"reference[{zero[0]}] is the zero matrix; it has no direction")
+    at = record_steps(record_at, steps)
+    rec_set = {int(s) for s in at}
+    eng = _TorchBatch(X, Y, z, v, lo, dev)
+    W = (
+        torch.zeros((B, d, d), dtype=torch.float64, device=dev)
+        if W0a is None
+        else torch.as_tensor(W0a, device=dev)
+    )
+    sat = torch.full((B,), -1, dtype=torch.int64, device=dev)
+    log_tiny = math.log(_TINY)
+    rec: dict[str, list[Any]] = {k: [] for k in ("steps", "norms", "risks", "tokens", "lg", "corrs", "gaps")}
+
+    def check(t: int, D: Any) -> None:
+        bad = ~torch.isfinite(D.reshape(B, -1)).all(dim=1)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad)[0])
+            raise NumericalError(
+                f"instance {i}: the risk gradient is exactly zero or not finite at or before step {t} "
+                "(stationary W or a custom loss that overflows); its normalized direction is undefined"
+            )
+
+    D, log_norm = eng.direction(W)
+    for t in range(0, steps + 1):
+        if t > 0:
+            if normalized:
+                W = W - lr * D
+            else:
+                g_scale = torch.exp(log_norm)
+                newly = (log_norm < log_tiny) & (sat < 0)
+                sat = torch.where(newly, torch.full_like(sat, t), sat)
+                W = W - (lr * g_scale).view(B, 1, 1) * D
+            D, log_norm = eng.direction(W)
+        if t in rec_set:
+            check(t, D)
+            if not bool(torch.isfinite(W).all()):
+                raise NumericalError(f"plain GD diverged by step {t}: W became non-finite; lower lr")
+            logits, _ = eng.log_s(W)
+            Wn = W.cpu().numpy()
+            rec["steps"].append(t)
+            rec["norms"].append(np.linalg.norm(Wn.reshape(B, -1), axis=1))
+            risk = eng.risk(W)
+            if not bool(torch.isfinite(risk).all()):
+                raise NumericalError(f"the risk is not finite at step {t}; check the loss")
+            rec["risks"].append(risk.cpu().numpy())
+            rec["tokens"].append(logits.argmax(dim=0).T.cpu().numpy().astype(np.intp))
+            rec["lg"].append(log_norm.cpu().numpy() / math.log(10.0))
+            if ref is not None:
+                nz = [bool(np.any(Wn[b] != 0)) for b in range(B)]
+                rec["corrs"].append(
+                    np.array([direction_corr(Wn[b], ref[b]) if nz[b] else math.nan for b in range(B)])
+                )
+                rec["gaps"].append(
+                    np.array([direction_gap(Wn[b], ref[b]) if nz[b] else math.nan for b in range(B)])
+                )
+    return BatchTrajectory(
+        W=W.cpu().numpy(),
+        steps=np.array(rec["steps"], dtype=np.int64),
+        norms=np.array(rec["norms"]),
+        risks=np.array(rec["risks"]),
+        tokens=np.array(rec["tokens"]),
+        log10_grad_norms=np.array(rec["lg"]),
+        corrs=np.array(rec["corrs"]) if ref is not None else None,
+        gaps=np.array(rec["gaps"]) if ref is not None else None,
+        saturated_at=sat.cpu().numpy(),
+        normalized=bool(normalized),
+        lr=lr,
+        loss=_loss_name(lo),
+        device=str(dev),
+    )
+
+
+# ================================================================ regularization path
+class PathPoint(NamedTuple):
+    """One point of a regularization path.
+
+    Attributes:
+      radius: ``R``.
+      W: the stationary point found, ``||W||_F ≤ R``, shape ``(d, d)``.
+      norm: ``||W||_F``.
+      risk: ``L(W)``.
+      tokens: selected tokens, shape ``(n,)``.
+      corr, gap: ``corr(W/R, reference)`` and ``½||Ŵ − R̂||²`` (NaN without a reference).
+      kkt_residual: ``||∇L/||∇L|| + W/||W|| ||_F`` when ``W`` is on the sphere (0 at a KKT point
+        ``∇L = −μW``, ``μ ≥ 0``); ``nan`` if ``W`` is inside the ball (then the residual is the
+        gradient itself, see ``log10_grad_norm``).
+      log10_grad_norm: ``log10||∇L(W)||_F``.
+      iterations: projected steps taken at this radius.
+    """
+
+    radius: float
+    W: FloatArray
+    norm: float
+    risk: float
+    tokens: NDArray[np.intp]
+    corr: float
+    gap: float
+    kkt_residual: float
+    log10_grad_norm: float
+    iterations: int
+
+
+@dataclass
+class RegularizationPath:
+    """Result of :func:`regularization_path`: one :class:`PathPoint` per radius."""
+
+    points: list[PathPoint] = field(default_factory=list)
+
+    @property
+    def radii(self) -> FloatArray:
+        """Radii, shape ``(k,)``."""
+        return np.array([p.radius for p in self.points])
+
+    @property
+    def corrs(self) -> FloatArray:
+        """``corr(W_R/R, reference)``, shape ``(k,)``."""
+        return np.array([p.corr for p in self.points])
+
+    @property
+    def gaps(self) -> FloatArray:
+        """``½||Ŵ_R − R̂||²``, shape ``(k,)``."""
+        return np.array([p.gap for p in self.points])
+
+    @property
+    def kkt_residuals(self) -> FloatArray:
+        """KKT residuals, shape ``(k,)``."""
+        return np.array([p.kkt_residual for p in self.points])
+
+
+def _project(W: FloatArray, R: float) -> FloatArray:
+    nrm = float(np.linalg.norm(W))
+    return W * (R / nrm) if nrm > R else W
+
+
+def regularization_path(
+    inst: Instance,
+    radii: ArrayLike,
+    loss: "str | LossLike" = "logistic",
+    reference: ArrayLike | None = None,
+    max_steps: int = 2000,
+    lr: float = 0.1,
+    tol: float = 1e-10,
+    W0: ArrayLike | None = None,
+) -> RegularizationPath:
+    """Approximate ``W_R = argmin_{||W||_F ≤ R} L(W)`` for increasing ``R`` (warm-started).
+
+    Projected normalized GD ``W ← Π_R(W − η ∇L/||∇L||)`` with an adaptive step: a step is kept
+    when it lowers the KKT residual ``||∇L/||∇L|| + W/R||`` (on the sphere) and ``η`` grows by
+    1.25, otherwise ``η`` is halved; each radius starts from the previous radius's point with
+    ``η = lr · R`` and stops at ``tol`` or ``max_steps``. The direction is the log-domain one, so
+    large ``R`` (risk differences below float64 resolution) still works.
+
+    The risk is not convex in ``W``: what this finds is a path of *stationary points* of the
+    constrained problems (KKT residual reported per point), not certified global minimisers.
+    Tarzanagh et al. show ``W_R/R → W_mm/||W_mm||`` along the global path; the harness reports
+    ``corr(W_R/R, reference)`` to test it.
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (regularization path);
+    Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
+
+    Args:
+      inst: the data.
+      radii: increasing positive finite radii, shape ``(k,)``.
+      loss: loss name or object.
+      reference: ``(d, d)`` reference direction.
+      max_steps: projected steps per radius, ≥ 1.
+      lr: initial step as a fraction of ``R``, > 0.
+      tol: KKT residual at which a radius is done.
+      W0: start for the first radius (default zeros).
+
+    Returns:
+      :class:`RegularizationPath`.
+    """
+    inst = _check_inst(inst)
+    R_all = as_real_array(radii, "radii", ndim=1)
+    if R_all.size == 0 or np.any(R_all <= 0) or np.any(np.diff(R_all) <= 0):
+        raise AttnSVMError("radii must be a non-empty, strictly increasing list of positive radii")
+    max_steps = check_steps(max_steps, "max_steps")
+    lr = check_lr(lr)
+    try:
+        tol = float(tol)
+    except (TypeError, ValueError):
+        raise AttnSVMError(f"tol must be a finite number ≥ 0; got {tol!r}") from None
+    if not (math.isfinite(tol) and tol >= 0):
+        raise AttnSVMError(f"tol must be a finite number ≥ 0; got {tol!r}")
+    lo = get_loss(loss)
+    ref = _check_reference(inst, reference)
+    W = _initial_W(inst, W0)
+    X, Y, z, v = inst.X, inst.Y, inst.z, inst.v
+
+    def residual(Wc: FloatArray, R: float, Dc: FloatArray) -> float:
+        nrm = float(np.linalg.norm(Wc))
+        if nrm < R * (1 - 1e-12) or nrm == 0:
+            return math.inf  # interior, non-stationary (∇L ≠ 0): keep moving
+        return float(np.linalg.norm(Dc + Wc / nrm))
+
+    path = RegularizationPath()
+    for R in (float(r) for r in R_all):
+        W = _project(W, R)
+        gd = normalized_risk_grad_of(X, Y, z, v, W, lo)
+        res = residual(W, R, gd.direction)
+        eta = lr * R
+        it = 0
+        while it < max_steps and res > tol and eta > 1e-15 * R:
+            it += 1
+            Wn = _project(W - eta * gd.direction, R)
+            gn = normalized_risk_grad_of(X, Y, z, v, Wn, lo)
+            rn = residual(Wn, R, gn.direction)
+            if rn < res or math.isinf(res):
+                W, gd, res = Wn, gn, rn
+                eta = min(eta * 1.25, lr * R)
+            else:
+                eta *= 0.5
+        nrm = float(np.linalg.norm(W))
+        on_sphere = nrm >= R * (1 - 1e-12)
+        path.points.append(
+            PathPoint(
+                radius=R,
+                W=np.array(W),
+                norm=nrm,
+                risk=risk_of(X, Y, z, v, W, lo),
+                tokens=np.argmax(logits_of(X, z, W), axis=1).astype(np.intp),
+                corr=direction_corr(W, ref) if ref is not None else math.nan,
+                gap=direction_gap(W, ref) if ref is not None else math.nan,
+                kkt_residual=res if on_sphere else math.nan,
+                log10_grad_norm=gd.log_norm / math.log(10.0),
+                iterations=it,
+            )
+        )
+    return path
+
+
+# ===================================================================== W = K Qᵀ engine
+@dataclass
+class KQTrajectory(GDTrajectory):
+    """Result of :func:`run_gd_kq`: a :class:`GDTrajectory` of ``W = K Qᵀ`` plus the factors.
+
+    Attributes (beyond :class:`GDTrajectory`):
+      K, Q: final factors, shape ``(d, m)``.
+      nuclear_norms: ``||W_t||_*`` at the recorded steps, shape ``(k,)``.
+    """
+
+    K: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    Q: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    nuclear_norms: FloatArray = field(default_factory=lambda: np.zeros(0))
+
+
+def _check_factor(F: ArrayLike, d: int, m: int, name: str) -> FloatArray:
+    Fa = as_real_array(F, name, ndim=2)
+    if Fa.shape != (d, m):
+        raise InvalidInstanceError(f"{name} must have shape (d, m) = ({d}, {m}); got {Fa.shape}")
+    return np.array(Fa)
+
+
+def run_gd_kq(
+    inst: Instance,
+    steps: int,
+    lr: float,
+    normalized: bool = True,
+    loss: "str | LossLike" = "logistic",
+    K0: ArrayLike | None = None,
+    Q0: ArrayLike | None = None,
+    m: int | None = None,
+    init_scale: float = 0.1,
+    seed: int = 0,
+    record_at: int | Sequence[int] | ArrayLike | None = None,
+    reference: ArrayLike | None = None,
+) -> KQTrajectory:
+    """GD on the factors of ``W = K Qᵀ`` (``K, Q ∈ ℝ^{d×m}``).
+
+    Gradients ``∇_K L = ∇L(W) Q`` and ``∇_Q L = ∇L(W)ᵀ K`` (simultaneous update). Normalized GD
+    divides the pair by its joint Frobenius norm ``(||∇_K||² + ||∇_Q||²)^{1/2}``; since
+    ``∇L(W) = e^{log_norm} D`` with the core's log-domain unit direction ``D``, the joint
+    direction ``(DQ, DᵀK)/||(DQ, DᵀK)||`` stays exact when ``∇L`` underflows. Plain GD uses the
+    cancellation-free gradient and stops with ``saturated=True`` on underflow, as :func:`run_gd`.
+
+    Tarzanagh et al. show that the regularization path of this parameterisation approaches the
+    nuclear-norm Att-SVM; whether GD does too is an empirical question: pass that solution as
+    ``reference`` and read ``corrs`` (nothing is asserted here).
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (``W = KQᵀ``, nuclear-norm
+    SVM).
+
+    Args:
+      inst: the data.
+      steps, lr, normalized, loss, record_at: as :func:`run_gd`.
+      K0, Q0: initial factors, shape ``(d, m)``; default ``init_scale ·`` standard normal draws
+        from ``numpy.random.default_rng(seed)`` (``K = Q = 0`` is a saddle with zero gradient).
+      m: factor width (default ``d``, or the width of ``K0``).
+      init_scale: scale of the default initial factors, > 0.
+      seed: seed of the default initial factors.
+      reference: ``(d, d)`` reference direction (e.g. the nuclear-norm SVM's ``W``).
+
+    Returns:
+      :class:`KQTrajectory`.
+    """
+    inst = _check_inst(inst)
+    steps = check_steps(steps)
+    lr = check_lr(lr)
+    lo = get_loss(loss)
+    ref = _check_reference(inst, reference)
+    d = inst.d
+    if m is None:
+        m = d if K0 is None else int(np.shape(K0)[1]) if np.ndim(K0) == 2 else d
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise AttnSVMError(f"m must be an integer ≥ 1; got {m!r}")
+    scale = check_lr(init_scale, "init_scale")
+    rng = np.random.default_rng(seed)
+    K = _check_factor(K0, d, m, "K0") if K0 is not None else scale * rng.standard_normal((d, m))
+    Q = _check_factor(Q0, d, m, "Q0") if Q0 is not None else scale * rng.standard_normal((d, m))
+    at = record_steps(record_at, steps)
+    rec_set = {int(s) for s in at}
+    X, Y, z, v = inst.X, inst.Y, inst.z, inst.v
+    record: list[GDRecord] = []
+    nuc: list[float] = []
+    stop, saturated, t = "steps", False, 0
+    for t in range(0, steps + 1):
+        if t > 0:
+            W = K @ Q.T
+            if normalized:
+                try:
+                    D = normalized_risk_grad_of(X, Y, z, v, W, lo).direction
+                except NumericalError as exc:
+                    raise NumericalError(f"normalized (K, Q) GD at step {t}: {exc}") from exc
+                gK, gQ = D @ Q, D.T @ K
+                jn = math.sqrt(float(np.sum(gK * gK) + np.sum(gQ * gQ)))
+                if not jn > 0:
+                    raise NumericalError(
+                        f"normalized (K, Q) GD at step {t}: ∇L(W) Q and ∇L(W)ᵀ K are both zero "
+                        "(K, Q at a saddle); start from other factors"
+                    )
+                K, Q = K - (lr / jn) * gK, Q - (lr / jn) * gQ
+            else:
+                g = risk_grad_of(X, Y, z, v, W, lo)
+                with np.errstate(over="ignore", invalid="ignore"):  # non-finite results raise below
+                    gK, gQ = g @ Q, g.T @ K
+                    jn = math.sqrt(float(np.sum(gK * gK) + np.sum(gQ * gQ)))
+                if not math.isfinite(jn):
+                    raise NumericalError(f"plain (K, Q) GD at step {t}: the gradient is not finite; lower lr")
+                if not jn >= _TINY:
+                    stop, saturated = "gradient underflow", True
+                    t -= 1
+                    break
+                with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
+                    Kn, Qn = K - lr * gK, Q - lr * gQ
+                if not (np.all(np.isfinite(Kn)) and np.all(np.isfinite(Qn))):
+                    raise NumericalError(
+                        f"plain (K, Q) GD diverged at step {t}: factors became non-finite; lower lr"
+                    )
+                if np.array_equal(Kn, K) and np.array_equal(Qn, Q):
+                    stop, saturated = "stalled", True
+                    t -= 1
+                    break
+                K, Q = Kn, Qn
+        if t in rec_set:
+            W = K @ Q.T
+            record.append(_make_record(inst, W, lo, t, ref, _log10_grad_norm(inst, W, lo), False))
+            nuc.append(float(np.sum(np.linalg.svd(W, compute_uv=False))))
+    W = K @ Q.T
+    if saturated and (not record or record[-1].step != t):
+        record.append(_make_record(inst, W, lo, t, ref, _log10_grad_norm(inst, W, lo), False))
+        nuc.append(float(np.sum(np.linalg.svd(W, compute_uv=False))))
+    return KQTrajectory(
+        W=W,
+        record=record,
+        steps_run=int(t),
+        stop_reason=stop,
+        saturated=saturated,
+        normalized=bool(normalized),
+        lr=lr,
+        loss=_loss_name(lo),
+        K=K,
+        Q=Q,
+        nuclear_norms=np.array(nuc),
+    )
