@@ -1,0 +1,414 @@
+"""The ``attnsvm`` command line, run in subprocesses: every subcommand and every error path.
+
+The report is produced once (``reproduce --size tiny``, a hidden size for tests) and its
+``results.json`` is checked against direct API calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnsvm as A
+
+ROOT = Path(__file__).resolve().parents[1]
+EPS = float(np.finfo(np.float64).eps)
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m attnsvm.cli ARGS`` with the repository on the path and one BLAS thread."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env["COLUMNS"] = "120"
+    return subprocess.run(
+        [sys.executable, "-m", "attnsvm.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def assert_usage_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """Exit code 2, no traceback, one error line on stderr that contains each fragment."""
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, proc.stderr
+    for frag in fragments:
+        assert frag in errors[0], errors[0]
+    assert proc.stdout == ""
+
+
+# ------------------------------------------------------------------------------- data
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """User data files: a good one, and one per way of being wrong."""
+    d = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3, 4, 5))
+    Y = np.array([1.0, -1.0, 1.0])
+    v = rng.standard_normal(5)
+    z = rng.standard_normal((3, 5))
+    files = {}
+
+    def save(name: str, **arrays: np.ndarray) -> None:
+        files[name] = d / f"{name}.npz"
+        np.savez(files[name], **arrays)
+
+    save("good", X=X, Y=Y, v=v, z=z)
+    save("with_alpha", X=X, Y=Y, v=v, z=z, alpha=np.array([1, 2, 3]))
+    save("self_attention", X=X, Y=Y, v=v)
+    save("missing_Y", X=X, v=v)
+    Xn = X.copy()
+    Xn[0, 1, 2] = np.nan
+    save("nan", X=Xn, Y=Y, v=v)
+    save("bad_shape", X=X, Y=Y, v=v[:3])
+    save("bad_labels", X=X, Y=np.array([1.0, 0.0, 1.0]), v=v)
+    # Token 1 of sequence 0 equals token 0: Att-SVM with alpha_0 = 0 cannot separate them.
+    Xd = X.copy()
+    Xd[0, 1] = Xd[0, 0]
+    save("duplicate", X=Xd, Y=Y, v=v, z=z, alpha=np.array([0, 0, 0]))
+    files["garbage"] = d / "garbage.npz"
+    files["garbage"].write_text("not an archive")
+    files["npy"] = d / "single.npy"
+    np.save(files["npy"], X)
+    files["missing"] = d / "nope.npz"
+    files["out_dir"] = d
+    return files
+
+
+def good_instance() -> A.Instance:
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3, 4, 5))
+    Y = np.array([1.0, -1.0, 1.0])
+    v = rng.standard_normal(5)
+    z = rng.standard_normal((3, 5))
+    return A.Instance(X, Y, v, z)
+
+
+# -------------------------------------------------------------------------------- svm
+def test_svm_json_matches_api(data: dict[str, Path]) -> None:
+    from attnsvm.svm import solve_svm
+
+    proc = run_cli("svm", str(data["good"]))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    sol = solve_svm(good_instance())
+    # Same data, same deterministic solver: identical up to JSON round trip (repr is exact).
+    np.testing.assert_array_equal(np.array(doc["W"]), sol.W)
+    assert doc["alpha"] == sol.alpha.tolist()
+    assert doc["locally_optimal"] is True  # alpha = opt is always locally optimal
+    assert doc["kkt"]["stationarity"] == sol.kkt.stationarity
+
+
+def test_svm_alpha_from_file_and_flag_and_out(data: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "sol.json"
+    proc = run_cli("svm", str(data["with_alpha"]), "--out", str(out))
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    assert json.loads(out.read_text())["alpha"] == [1, 2, 3]
+    proc = run_cli("svm", str(data["with_alpha"]), "--alpha", "0,1,2", "--method", "primal")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["alpha"] == [0, 1, 2] and doc["method_used"] == "primal"
+
+
+def test_svm_nuclear(data: dict[str, Path]) -> None:
+    proc = run_cli("svm", str(data["self_attention"]), "--norm", "nuc")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["norm"] == "nuc" and doc["duals"] is None
+    W = np.array(doc["W"])
+    assert doc["norm_nuc"] == pytest.approx(np.linalg.norm(W, "nuc"), rel=1e-12)
+
+
+# --------------------------------------------------------------------------------- gd
+def test_gd_json_matches_api(data: dict[str, Path]) -> None:
+    from attnsvm.gd import run_gd
+
+    proc = run_cli("gd", str(data["good"]), "--steps", "50", "--lr", "0.1", "--svm")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    traj = run_gd(good_instance(), steps=50, lr=0.1)
+    np.testing.assert_array_equal(np.array(doc["W"]), traj.W)
+    assert doc["final_tokens"] == traj.final_tokens.tolist()
+    assert -1 <= doc["svm_final_tokens"]["corr"] <= 1
+
+
+def test_gd_plain_exponential_to_file(data: dict[str, Path], tmp_path: Path) -> None:
+    from attnsvm.gd import run_gd
+
+    out = tmp_path / "gd.json"
+    proc = run_cli(
+        "gd",
+        str(data["good"]),
+        "--steps",
+        "20",
+        "--lr",
+        "0.5",
+        "--plain",
+        "--loss",
+        "exponential",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    doc = json.loads(out.read_text())
+    traj = run_gd(good_instance(), steps=20, lr=0.5, normalized=False, loss="exponential")
+    np.testing.assert_array_equal(np.array(doc["W"]), traj.W)
+    assert doc["normalized"] is False and doc["loss"] == "exponential"
+
+
+# -------------------------------------------------------------------------- reproduce
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, subprocess.CompletedProcess[str]]:
+    out = tmp_path_factory.mktemp("report")
+    proc = run_cli("reproduce", "--size", "tiny", "--out", str(out), "--seed", "3")
+    doc = json.loads((out / "results.json").read_text())
+    return out, doc, proc
+
+
+def test_reproduce_writes_every_file(report: tuple[Path, dict, subprocess.CompletedProcess[str]]) -> None:
+    out, doc, proc = report
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for name in doc["files"]:
+        assert (out / name).is_file(), name
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) >= 6
+    for p in pngs:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = (out / "report.html").read_text()
+    # self-contained: every image is embedded, nothing refers to a file
+    assert html.count("data:image/png;base64,") == len(pngs)
+    assert ".png'" not in html and '.png"' not in html
+    md = (out / "report.md").read_text()
+    for p in pngs:
+        assert f"]({p.name})" in md
+    assert list(out.glob("*.csv"))
+    assert doc["meta"]["size"] == "tiny" and doc["meta"]["seed"] == 3
+    assert doc["passed"] is True and doc["failed_claims"] == []
+    # the terminal summary names every family
+    for fam in doc["families"].values():
+        assert fam["title"].split()[0] in proc.stdout
+
+
+def test_results_json_agrees_with_api(report: tuple[Path, dict, subprocess.CompletedProcess[str]]) -> None:
+    from attnsvm import experiments as E
+    from attnsvm.gd import direction_gap, run_gd
+    from attnsvm.lipschitz import lipschitz_bound
+    from attnsvm.svm import solve_svm
+
+    _, doc, _ = report
+    seed = doc["meta"]["seed"]
+    fams = doc["families"]
+
+    # SVM: the dual's objective for the first instance.
+    row = next(r for r in fams["svm"]["tables"]["solves"] if r["method"] == "dual")
+    cfg = E.SVM_SIZES["tiny"]
+    inst = A.random_instance(cfg["n"], cfg["T"], row["d"], seed=row["seed"])
+    assert row["objective"] == solve_svm(inst, method="dual").objective
+
+    # Lipschitz: the certified bounds are deterministic closed forms.
+    cfg = E.LIPSCHITZ_SIZES["tiny"]
+    inst = A.random_instance(*cfg["shape"], seed=seed)
+    for r in fams["lipschitz"]["tables"]["weights"]:
+        if r["instance"] == 0:
+            for kind in ("softmax", "linear", "normalized_linear"):
+                assert r[f"bound_{kind}"] == float(lipschitz_bound(inst, kind, radius=r["radius"]))
+
+    # Convergence: the batched, segmented run against the single-instance engine. run_gd_batch
+    # equals run_gd to 1e-8 relative (issue 4), so unit directions differ by ≤ ~2e-8 and the gap
+    # ½||Ŵ − Ŵ_mm||² by ≤ ~2·2e-8·||Ŵ − Ŵ_mm|| ≤ 1e-7.
+    cfg = E.CONVERGENCE_SIZES["tiny"]
+    inst = A.random_instance(*cfg["shape"], seed=seed, family=cfg["family"])
+    last = cfg["marks"][-1]
+    rec = next(
+        r
+        for r in fams["convergence"]["tables"]["runs"]
+        if r["seed"] == seed and r["step"] == last and r["mode"] == "normalized" and r["loss"] == "logistic"
+    )
+    traj = run_gd(inst, steps=last, lr=E.CONVERGENCE_LR["normalized"])
+    ref = solve_svm(inst, alpha=traj.final_tokens).W
+    assert rec["tokens"] == " ".join(map(str, traj.final_tokens))
+    assert rec["gap"] == pytest.approx(direction_gap(traj.W, ref), abs=1e-7)
+    assert rec["norm_W"] == pytest.approx(np.linalg.norm(traj.W), rel=1e-8)
+
+    # Saturation: the stable gradient at the first radius against the API (same inputs, same code).
+    cfg = E.SATURATION_SIZES["tiny"]
+    assert fams["saturation"]["numbers"]["points"] == len(cfg["scales"]) * cfg["seeds"]
+
+    # Symbolic: every listed identity is proved.
+    rows = fams["symbolic"]["tables"]["identities"]
+    assert rows and all(r["proved"] for r in rows)
+
+
+def test_reproduce_failed_claim_exits_1(tmp_path: Path) -> None:
+    """A failing check makes the run exit 1 and names the claim (a family that always fails,
+    registered through the documented hook, loaded with ATTNSVM_EXTRA_FAMILIES)."""
+    plugin = tmp_path / "failing_family.py"
+    plugin.write_text(
+        "from attnsvm.experiments import FamilyResult, register_family\n"
+        "@register_family('always_fails', 'Always fails', 'test hook', order=1)\n"
+        "def fam(size, seed, jobs, device, progress):\n"
+        "    r = FamilyResult('always_fails', 'Always fails', 'test hook')\n"
+        "    r.claim('impossible', 'one equals two', 1 == 2, 'measured 1 != 2')\n"
+        "    return r\n"
+    )
+    env_path = str(tmp_path)
+    # No BLAS thread variables: the command re-executes itself with one BLAS thread (checked below).
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env_path
+    env["ATTNSVM_EXTRA_FAMILIES"] = "failing_family"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnsvm.cli",
+            "reproduce",
+            "--size",
+            "tiny",
+            "--only",
+            "always_fails,saturation",
+            "--out",
+            str(tmp_path / "r"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "FAILED always_fails/impossible" in proc.stderr
+    doc = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert doc["failed_claims"] == ["always_fails/impossible"]
+    assert "saturation" in doc["families"]
+    assert doc["meta"]["blas_threads"] == {
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+# ------------------------------------------------------------------------ check, bench
+def test_check_passes() -> None:
+    proc = run_cli("check", "--tiny")
+    assert proc.returncode == 0, proc.stderr
+    assert "self-check passed" in proc.stderr
+    assert "proved" in proc.stderr and "holds property" in proc.stderr
+
+
+def test_bench_tiny_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = run_cli("bench", "--tiny", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    methods = {(r["method"], r["d"]) for r in doc["svm"]}
+    assert {("dual", 8), ("primal", 8), ("vector", 8)} <= methods
+    assert all(r["certified"] for r in doc["svm"])
+    names = {r["name"] for r in doc["gd"]}
+    assert {"ratio", "gemm_fraction", "step_over_floor"} <= names
+    assert "Att-SVM solvers" in proc.stdout
+
+
+def test_version() -> None:
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and A.__version__ in proc.stdout
+
+
+# -------------------------------------------------------------------------- error paths
+def error_cases(data: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]]:
+    """Every error path: ``name → (argv, fragments of the one error line)``; all exit with code 2."""
+    good = str(data["good"])
+    blocker = data["out_dir"] / "a_file"
+    blocker.write_text("")
+    return {
+        "missing file": (["svm", str(data["missing"])], ["no such file"]),
+        "not a zip": (["svm", str(data["garbage"])], ["not a .npz archive"]),
+        "npy not npz": (["svm", str(data["npy"])], ["not a .npz archive"]),
+        "directory": (["svm", str(data["out_dir"])], ["is a directory"]),
+        "missing array": (["svm", str(data["missing_Y"])], ["missing array(s) Y"]),
+        "NaN": (["svm", str(data["nan"])], ["X must be finite"]),
+        "wrong shape": (["svm", str(data["bad_shape"])], ["v must have shape"]),
+        "bad labels": (["svm", str(data["bad_labels"])], ["Y must hold labels"]),
+        "infeasible": (["svm", str(data["duplicate"])], ["InfeasibleSVMError"]),
+        "alpha shape": (["svm", good, "--alpha", "0,1"], ["alpha must have shape"]),
+        "alpha range": (["svm", good, "--alpha", "0,9,1"], ["out of range"]),
+        "alpha syntax": (["svm", good, "--alpha", "a,b,c"], ["--alpha"]),
+        "bad method": (["svm", good, "--method", "simplex"], ["--method"]),
+        "unwritable out": (["svm", good, "--out", str(blocker / "x.json")], ["cannot write"]),
+        "gd NaN": (["gd", str(data["nan"]), "--steps", "5", "--lr", "0.1"], ["X must be finite"]),
+        "gd steps 0": (["gd", good, "--steps", "0", "--lr", "0.1"], ["--steps"]),
+        "gd lr nan": (["gd", good, "--steps", "5", "--lr", "nan"], ["--lr"]),
+        "gd lr negative": (["gd", good, "--steps", "5", "--lr", "-1"], ["--lr"]),
+        "gd lr missing": (["gd", good, "--steps", "5"], ["--lr"]),
+        "gd bad loss": (["gd", good, "--steps", "5", "--lr", "0.1", "--loss", "hinge"], ["--loss"]),
+        "reproduce only": (
+            ["reproduce", "--only", "nonsense", "--out", str(data["out_dir"] / "r")],
+            ["unknown family"],
+        ),
+        "reproduce jobs": (["reproduce", "--jobs", "0", "--out", str(data["out_dir"] / "r")], ["--jobs"]),
+        "reproduce device": (
+            ["reproduce", "--device", "tpu", "--out", str(data["out_dir"] / "r")],
+            ["--device"],
+        ),
+        "reproduce size": (["reproduce", "--size", "huge"], ["--size"]),
+        "reproduce out": (
+            ["reproduce", "--size", "tiny", "--out", str(blocker / "sub")],
+            ["--out", "cannot write"],
+        ),
+        "no subcommand": ([], ["required"]),
+    }
+
+
+#: The error paths also run as real processes (one per kind of failure: file, archive, arrays,
+#: solver, option parsing, output); all of them run in process below.
+SUBPROCESS_CASES = [
+    "missing file",
+    "not a zip",
+    "missing array",
+    "NaN",
+    "infeasible",
+    "alpha range",
+    "gd lr nan",
+    "reproduce only",
+    "unwritable out",
+]
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES)
+def test_error_paths_in_a_subprocess(data: dict[str, Path], case: str) -> None:
+    argv, fragments = error_cases(data)[case]
+    assert_usage_error(run_cli(*argv), *fragments)
+
+
+def test_every_error_path_in_process(data: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """``main(argv)`` on every error case: exit code 2, one error line, nothing on stdout."""
+    from attnsvm.cli import main
+
+    for name, (argv, fragments) in error_cases(data).items():
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse errors exit from the parser
+            rc = exc.code
+        out, err = capsys.readouterr()
+        assert rc == 2, name
+        errors = [line for line in err.splitlines() if "error:" in line]
+        assert len(errors) == 1 and "Traceback" not in err, (name, err)
+        assert all(f in errors[0] for f in fragments), (name, errors[0])
+        assert out == "", name
