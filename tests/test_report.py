@@ -189,3 +189,32 @@ def test_module_that_fails_to_import_is_a_failure(
     (res,) = E.run_families("tiny", names=["broken"])
     assert res.available and [c.name for c in res.failed] == ["ran"]
     assert "ImportError" in res.failed[0].message and "no_such_name" in res.failed[0].message
+
+
+def _candidate(seed: int) -> dict:
+    """A run of the local/global family (unit, n=6, T=8, d=2, 1000 normalized steps at lr 0.1)."""
+    inst = A.random_instance(6, 8, 2, seed=seed, family="unit")
+    tr = A.run_gd(inst, steps=1000, lr=0.1, record_at=[1000])
+    alpha = np.argmax(A.attention(inst, tr.W), axis=1)
+    return {
+        "settled": True,
+        "diverging": True,
+        "confirmed": False,
+        "_inst": inst,
+        "_W": tr.W,
+        "_alpha": alpha,
+    }
+
+
+def test_counterexample_confirmation_separates_artefacts_from_survivors():
+    """Seed 20000 is not locally optimal at step 1000 but changes tokens by step 10⁴ (an artefact of
+    the finite horizon); seed 20031 keeps its non-locally-optimal tokens and keeps diverging."""
+    from attnsvm.experiments import _confirm_counterexamples
+    from attnsvm.svm import is_locally_optimal
+
+    artefact, survivor = _candidate(20000), _candidate(20031)
+    for c in (artefact, survivor):
+        assert not is_locally_optimal(c["_inst"], c["_alpha"])
+    _confirm_counterexamples([artefact, survivor], steps=1000, device="cpu")
+    assert not artefact["confirmed"]
+    assert survivor["confirmed"]
