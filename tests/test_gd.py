@@ -261,6 +261,57 @@ def test_batched_equals_single_after_gradient_underflow() -> None:
         np.testing.assert_allclose(bt.log10_grad_norms[:, b], tr.log10_grad_norms, rtol=RTOL_ENGINES)
 
 
+#: Fast (linear-domain) vs log-domain batched direction at the same W: the same quantities,
+#: each formed with a few tens of roundings from O(1) factors, so they agree to ~1e-14 (measured
+#: ≤ 7e-14 over ||W|| = 0…1000, three losses); the brief's contract for the switch is 1e-12.
+RTOL_FAST_PATH = 1e-12
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_batched_fast_path_equals_log_domain_path_and_switches_per_instance(loss: str) -> None:
+    """The fast path is used while the weights are representable, the log-domain path after: same
+    direction and log-norm to 1e-12 at every ||W||, including batches where only some instances
+    have underflowing weights (the switch is per instance and per step)."""
+    from attnsvm.gd import _stack_instances, _TorchBatch
+    from attnsvm.losses import get_loss
+
+    insts = [A.random_instance(4, 6, 8, seed=s, family=f) for s in range(4) for f in ("gaussian", "unit")]
+    X, Y, z, v = _stack_instances(insts)
+    fast = _TorchBatch(X, Y, z, v, get_loss(loss), torch.device("cpu"))
+    slow = _TorchBatch(X, Y, z, v, get_loss(loss), torch.device("cpu"), fast=False)
+    dirs = np.stack([solve_svm(i).W for i in insts])
+    dirs /= np.linalg.norm(dirs, axis=(1, 2), keepdims=True)
+    rng = np.random.default_rng(0)
+    for scale in (0.0, 1.0, 10.0, 100.0, 200.0, 300.0, 400.0, 700.0, 1000.0, 1e5):
+        # mixed norms: half the batch at `scale`, half at scale/4 (some saturated, some not)
+        s = np.where(np.arange(len(insts)) % 2 == 0, scale, scale / 4).reshape(-1, 1, 1)
+        W = torch.as_tensor(s * (dirs + 0.3 * rng.standard_normal(dirs.shape) / 8))
+        fast._log_streak = 0  # compare the per-step choice, not the streak heuristic
+        Df, lf = fast.direction(W)
+        Ds, ls = slow.direction(W)
+        assert float(torch.linalg.matrix_norm(Df - Ds).max()) <= RTOL_FAST_PATH  # unit matrices
+        assert float(((lf - ls).abs() / ls.abs().clamp_min(1.0)).max()) <= RTOL_FAST_PATH
+    # all three regimes were exercised: whole batch fast, mixed (log-domain subset), all log-domain
+    assert fast.stats["fast"] > 0 and fast.stats["mixed"] > 0 and fast.stats["log"] > 0
+    assert slow.stats["fast"] == 0 and slow.stats["mixed"] == 0
+
+
+def test_batched_mixed_saturation_equals_single_runs() -> None:
+    """One batch, some instances from W0 = 0 (fast path) and some from ||W0|| = 400 (gradient
+    ~1e-100s: log-domain path): each equals its single run."""
+    insts = [A.random_instance(4, 6, 8, seed=s) for s in range(4)]
+    W0 = np.zeros((4, 8, 8))
+    for b in (1, 3):
+        Wmm = solve_svm(insts[b]).W
+        W0[b] = 400 * Wmm / np.linalg.norm(Wmm)
+    bt = run_gd_batch(insts, 100, 0.1, W0=W0)
+    assert np.all(bt.log10_grad_norms[-1, [1, 3]] < -100) and np.all(bt.log10_grad_norms[-1, [0, 2]] > -50)
+    for b, inst in enumerate(insts):
+        tr = run_gd(inst, 100, 0.1, W0=W0[b])
+        assert _rel(bt.W[b] - W0[b], tr.W - W0[b]) < RTOL_ENGINES
+        np.testing.assert_allclose(bt.log10_grad_norms[:, b], tr.log10_grad_norms, rtol=RTOL_ENGINES)
+
+
 def test_batched_plain_gd_reports_saturation() -> None:
     insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
     W = solve_svm(insts[1]).W
@@ -373,6 +424,28 @@ def test_regularization_path_is_stationary_and_approaches_wmm() -> None:
     assert path.gaps[-1] < 1e-3
     with pytest.raises(AttnSVMError, match="increasing"):
         regularization_path(inst, [2.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    ("family", "seed", "radii"),
+    [
+        ("gaussian", 1, [1.0, 2.0, 4.0, 8.0]),
+        ("self_attention", 1, [1.0, 2.0, 4.0]),
+        ("unit", 0, [1.0, 2.0, 4.0, 8.0, 16.0]),
+    ],
+)
+def test_regularization_path_does_not_stall_between_basins(
+    family: str, seed: int, radii: list[float]
+) -> None:
+    """Named regression: the first version kept steps on the KKT residual alone and took the first
+    step of each radius unchecked from inside the ball; on these instances it stalled at residual
+    2e-2 (gaussian 1, R = 8), 2e-1 (self_attention 1, R = 4), 4e-1 and 2e-1 (unit 0, R = 8, 16).
+    Warm start on the sphere + risk-descent acceptance reach the tolerance at every radius, at a
+    risk no higher than the stalled point's (measured: lower by 7e-4, 5e-4, 4e-3 / 2e-3)."""
+    inst = A.random_instance(4, 6, 8, seed=seed, family=family)
+    path = regularization_path(inst, radii)
+    assert np.all(path.kkt_residuals <= 1e-10)  # the default tol; NaN (interior) fails too
+    assert np.allclose([p.norm for p in path.points], radii, rtol=1e-12)
 
 
 # ---------------------------------------------------------------------- W = K Qᵀ engine
