@@ -1,20 +1,38 @@
-"""Benchmarks behind ``attnsvm bench``: Att-SVM solvers and the batched GD engine, side by side.
+"""Benchmarks behind ``attnsvm bench`` (and ``benchmarks/bench_*.py``): Att-SVM solvers and the batched GD engine.
 
-Two groups, each measured within one run so that the ratios compare like with like:
+This module is the single home of the benchmark logic; the scripts in ``benchmarks/`` are thin
+command-line wrappers over it. Two groups, each measured side by side within one run so that the
+ratios compare like with like:
 
 * ``svm`` — for ``n = 6`` sequences of ``T = 8`` tokens (``m = 42`` constraints): the matrix
-  primal (cvxpy + Clarabel, ``d²`` variables), the vectorised program and the exact factorised
-  dual, with the relative error of the conic solver's own answer and of the final (active-set
-  polished) answer against the certified dual solution. Targets (issue 3): dual at ``d = 1024``
-  in ≤ 0.1 s; ≥ 50× faster than the primal at ``d = 128``. The primal at ``d ≥ 512`` takes
-  minutes and gigabytes and is never run.
-* ``gd`` — instance-steps per second of :func:`attnsvm.gd.run_gd_batch`'s step against a
+  primal (cvxpy + Clarabel, ``d²`` variables) at ``d = 32, 128, 256``, the vectorised program at
+  ``d = 32, 128`` and the exact factorised dual at ``d = 32 … 1024``, with the relative error of
+  the conic solver's own answer and of the final (active-set polished) answer against the
+  certified dual solution. The dual is timed ``repeats`` times (median and range); each conic
+  program once (seconds to a minute each). Targets (issue 3): dual at ``d = 1024`` in ≤ 0.1 s;
+  ≥ 50× faster than the primal at ``d = 128``. The primal at ``d ≥ 512`` takes minutes and
+  gigabytes and is never run.
+* ``gd`` — instance-steps per second of the batched engine's step
+  (:class:`attnsvm.gd._TorchBatch`, the step of :func:`attnsvm.gd.run_gd_batch`) against a
   per-instance torch autograd + SGD loop (normalized GD, the way published experiments run
-  it), same thread count; the distance to the memory-bandwidth floor (each step streams ``X``
-  at least twice) and the fraction of the machine's dense float64 GEMM rate the step reaches.
-  Target (issue 4): ≥ 200× at ``B = 4096`` on 2 cores.
+  it), same torch thread count (2), batch 4096. The two are measured in alternating rounds
+  (each batched figure the best of 3 runs of a few steps, each loop figure one run of many
+  steps); the ratio reported is the median of the per-round ratios with their range, so a load
+  burst on a shared machine hits both sides of a round. Also: the same step with the
+  log-domain path forced (``fast=False``, what a saturated run pays), the public entry point end
+  to end, the distance to the memory-bandwidth floor (each step streams ``X`` at least twice)
+  and the fraction of the machine's dense float64 GEMM rate the step reaches. Target (issue 4):
+  ≥ 200× at ``B = 4096`` on 2 cores.
 
-``--quick`` sizes take seconds; the full sizes take minutes and never run in CI.
+Environment: the 1-min load average before and after each group, the torch thread count and the
+thread variables are recorded with the results. OpenMP workers that spin while waiting (the
+default) take the CPU from the main thread on a shared machine (measured: loop 0.2 → 2.3 ms/step
+at load 5), so ``attnsvm bench`` and ``benchmarks/bench_gd.py`` set ``OMP_WAIT_POLICY=PASSIVE``
+before torch loads (an explicit setting wins); this module itself changes no process-wide
+setting except the torch thread count during :func:`bench_gd`, restored afterwards.
+
+``--quick`` sizes take about ten seconds; ``tiny`` (tests) runs toy sizes whose numbers mean
+nothing; the full sizes take minutes and gigabytes and never run in CI.
 
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (Att-SVM, normalized GD);
 Gao, Song, Xie, arXiv 2307.02419 (tensor trick).
@@ -22,15 +40,28 @@ Gao, Song, Xie, arXiv 2307.02419 (tensor trick).
 
 from __future__ import annotations
 
-import math
+import argparse
+import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SVM_FULL", "SVM_QUICK", "bench_svm", "bench_gd", "run_benchmarks"]
+__all__ = [
+    "SVM_FULL",
+    "SVM_QUICK",
+    "SVM_TINY",
+    "bench_svm",
+    "bench_gd",
+    "run_benchmarks",
+    "median_ratio",
+    "environment",
+    "svm_table",
+    "gd_table",
+    "script_main",
+]
 
 N, T = 6, 8
 SVM_FULL = {"primal": (32, 128, 256), "vector": (32, 128), "dual": (32, 128, 256, 512, 1024)}
@@ -38,15 +69,67 @@ SVM_QUICK = {"primal": (32,), "vector": (32,), "dual": (32, 128, 1024)}
 SVM_TINY = {"primal": (8,), "vector": (8,), "dual": (8, 16)}  # the test suite's size
 #: Never run the cvxpy programs above this dimension (minutes, gigabytes).
 MAX_CONIC_D = 256
+#: GD sizes: batch, loop steps per round, batched steps per timing, rounds, warm-up loop steps.
+GD_SIZES = {
+    "full": {"batch": 4096, "loop_steps": 500, "batch_steps": 20, "repeat": 5, "warmup": 20},
+    "quick": {"batch": 512, "loop_steps": 100, "batch_steps": 5, "repeat": 3, "warmup": 20},
+    "tiny": {"batch": 16, "loop_steps": 10, "batch_steps": 2, "repeat": 2, "warmup": 2},
+}
+#: Machine probes per size: bytes of the bandwidth copy, GEMM matrix size.
+GD_PROBES = {"full": (2**28, 2048), "quick": (2**26, 1024), "tiny": (2**20, 128)}
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")
 
 
-def _best(f: Callable[[], Any], repeat: int) -> float:
-    best = math.inf
+# ------------------------------------------------------------------------------- helpers
+def _times(f: Callable[[], Any], repeat: int) -> list[float]:
+    """Wall times of ``repeat`` calls of ``f``."""
+    out = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         f()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def median_ratio(
+    num: Sequence[float], den: Sequence[float], scale: float = 1.0
+) -> tuple[float, float, float]:
+    """Median and range of the per-round ratios ``scale · num_k / den_k``.
+
+    Each round measures both sides back to back, so a load burst shifts both; the median of the
+    per-round ratios is therefore more robust than the ratio of the medians.
+
+    Args:
+      num, den: per-round figures of equal length ``R ≥ 1``, ``den_k > 0``.
+      scale: a constant factor (e.g. the batch size for instance-steps).
+
+    Returns:
+      ``(median, min, max)`` of the ``R`` ratios.
+    """
+    if len(num) != len(den) or not num:
+        raise ValueError(f"median_ratio needs two equal, non-empty sequences; got {len(num)} and {len(den)}")
+    r = [scale * a / b for a, b in zip(num, den, strict=True)]
+    return float(np.median(r)), float(min(r)), float(max(r))
+
+
+def _load() -> float | None:
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):  # not available on this platform
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """Where the figures were measured: cores, 1-min load, torch threads and version, thread variables."""
+    import torch
+
+    return {
+        "cpus": os.cpu_count(),
+        "load_avg_1min": _load(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        **{v: os.environ.get(v) for v in THREAD_VARS},
+    }
 
 
 # ------------------------------------------------------------------------------------ SVM
@@ -55,76 +138,74 @@ def bench_svm(
 ) -> list[dict[str, Any]]:
     """Time the Att-SVM methods side by side; one row per ``(method, d)``.
 
-    Keys: ``method``, ``d``, ``time_s`` (total; best of ``repeats`` for the dual),
-    ``solver_time_s`` (conic solver only), ``raw_rel_error`` (conic answer against the
-    certified dual ``W``), ``rel_error`` (final answer against it), ``certified``,
-    ``time_over_dual`` (method time / dual time at the same ``d``).
+    Keys: ``bench`` (``"svm"``), ``method``, ``n``, ``T``, ``d``, ``time_s`` (median wall time:
+    over ``repeats`` calls after a warm-up for the dual, one call for a conic program),
+    ``time_range_s`` (``[min, max]``), ``runs``, ``solver_time_s`` (conic solver only),
+    ``raw_rel_error`` (conic answer against the certified dual ``W``; ``None`` for the dual),
+    ``rel_error`` (final answer against it, ``||W − W_dual||_F / ||W_dual||_F``), ``certified``,
+    ``error_bound``, ``time_over_dual`` (method time / median dual time at the same ``d``).
     """
     from .instance import random_instance
     from .svm import solve_svm
 
     dims = SVM_TINY if tiny else SVM_QUICK if quick else SVM_FULL
     rows: list[dict[str, Any]] = []
+
+    def row(method: str, d: int, times: list[float], sol: Any, dual: Any, t_dual: float) -> dict[str, Any]:
+        t = float(np.median(times))
+        return {
+            "bench": "svm",
+            "method": method,
+            "n": N,
+            "T": T,
+            "d": d,
+            "time_s": t,
+            "time_range_s": [min(times), max(times)],
+            "runs": len(times),
+            "solver_time_s": sol.timings.get("solver") if method != "dual" else None,
+            "raw_rel_error": sol.raw_rel_error if method != "dual" else None,
+            "rel_error": float(np.linalg.norm(sol.W - dual.W) / np.linalg.norm(dual.W)),
+            "certified": bool(sol.certified),
+            "error_bound": sol.error_bound,
+            "time_over_dual": t / t_dual,
+        }
+
     for d in sorted(set(dims["dual"]) | set(dims["primal"]) | set(dims["vector"])):
         inst = random_instance(N, T, d, seed=seed + d)
         dual = solve_svm(inst, method="dual")  # warm-up and reference
-        t_dual = _best(lambda: solve_svm(inst, method="dual"), repeats)  # noqa: B023 - called at once
+        t_duals = _times(lambda: solve_svm(inst, method="dual"), repeats)  # noqa: B023 - called at once
+        t_dual = float(np.median(t_duals))
         if d in dims["dual"]:
-            rows.append(
-                {
-                    "method": "dual",
-                    "d": d,
-                    "time_s": t_dual,
-                    "solver_time_s": None,
-                    "raw_rel_error": None,
-                    "rel_error": 0.0,
-                    "certified": bool(dual.certified),
-                    "time_over_dual": 1.0,
-                }
-            )
+            rows.append(row("dual", d, t_duals, dual, dual, t_dual))
         for method in ("primal", "vector"):
             if d not in dims[method] or d > MAX_CONIC_D:
                 continue
             t0 = time.perf_counter()
             sol = solve_svm(inst, method=method)
-            elapsed = time.perf_counter() - t0
-            rows.append(
-                {
-                    "method": method,
-                    "d": d,
-                    "time_s": elapsed,
-                    "solver_time_s": sol.timings.get("solver"),
-                    "raw_rel_error": sol.raw_rel_error,
-                    "rel_error": float(np.linalg.norm(sol.W - dual.W) / np.linalg.norm(dual.W)),
-                    "certified": bool(sol.certified),
-                    "time_over_dual": elapsed / t_dual,
-                }
-            )
+            rows.append(row(method, d, [time.perf_counter() - t0], sol, dual, t_dual))
     return rows
 
 
 # ------------------------------------------------------------------------------------- GD
 def memory_bandwidth(n_bytes: int = 2**28, repeat: int = 5) -> float:
-    """Copy bandwidth in bytes/s (read + write counted) of a large NumPy float64 copy."""
+    """Copy bandwidth in bytes/s (read + write counted) of a large NumPy float64 copy (best of ``repeat``)."""
     a = np.ones(n_bytes // 8)
     b = np.empty_like(a)
-    t = _best(lambda: np.copyto(b, a), repeat)
-    return 2 * a.nbytes / t
+    return 2 * a.nbytes / min(_times(lambda: np.copyto(b, a), repeat))
 
 
 def gemm_rate(size: int = 2048, repeat: int = 3) -> float:
-    """Dense float64 GEMM rate of ``torch.matmul`` on ``size × size`` matrices, flop/s."""
+    """Dense float64 GEMM rate of ``torch.matmul`` on ``size × size`` matrices, flop/s (best of ``repeat``)."""
     import torch
 
     x = torch.randn(size, size, dtype=torch.float64)
     y = torch.randn(size, size, dtype=torch.float64)
     torch.matmul(x, y)
-    t = _best(lambda: torch.matmul(x, y), repeat)
-    return 2.0 * size**3 / t
+    return 2.0 * size**3 / min(_times(lambda: torch.matmul(x, y), repeat))
 
 
-def _autograd_loop_rate(inst: Any, steps: int, lr: float = 0.1, warmup: int = 20) -> float:
-    """Instance-steps/s of per-instance normalized GD with torch autograd and SGD."""
+def autograd_loop_rate(inst: Any, steps: int, lr: float = 0.1, warmup: int = 20) -> float:
+    """Instance-steps/s of per-instance normalized GD with torch autograd and SGD (logistic loss)."""
     import torch
 
     X = torch.tensor(inst.X)
@@ -138,7 +219,7 @@ def _autograd_loop_rate(inst: Any, steps: int, lr: float = 0.1, warmup: int = 20
         opt.zero_grad()
         logits = torch.einsum("ntd,de,ne->nt", X, W, z)
         f = (torch.softmax(logits, dim=-1) * a).sum(-1)
-        loss = torch.nn.functional.softplus(-Y * f).mean()  # logistic loss
+        loss = torch.nn.functional.softplus(-Y * f).mean()  # logistic loss, log(1 + e^{-u}) stably
         loss.backward()
         with torch.no_grad():
             assert W.grad is not None
@@ -153,93 +234,123 @@ def _autograd_loop_rate(inst: Any, steps: int, lr: float = 0.1, warmup: int = 20
     return steps / (time.perf_counter() - t0)
 
 
+def _r(name: str, value: Any, unit: str, note: str, rng: Sequence[float] | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "range": None if rng is None else list(rng),
+        "unit": unit,
+        "note": note,
+    }
+
+
 def bench_gd(
     quick: bool = False,
-    batch: int = 4096,
+    batch: int | None = None,
     n: int = 6,
     T: int = 8,
     d: int = 10,
     threads: int = 2,
     tiny: bool = False,
+    repeat: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Batched GD against the per-instance autograd loop; one row per figure (``name``, ``value``, ``unit``, ``note``)."""
+    """Batched GD step against the per-instance autograd loop, alternating rounds; one row per figure.
+
+    Rows: ``{"name", "value", "range", "unit", "note"}``; ``range`` is ``[min, max]`` over the
+    rounds for the medians, else ``None``. ``batch`` and ``repeat`` default to the size's
+    (4096 and 5 rounds full; 512 and 3 quick; 16 and 2 tiny). The torch thread count is set to
+    ``threads`` for both engines and restored afterwards.
+    """
     import torch
 
     from .gd import _stack_instances, _TorchBatch, run_gd_batch
     from .instance import random_instance
     from .losses import get_loss
 
+    size = "tiny" if tiny else "quick" if quick else "full"
+    cfg = GD_SIZES[size]
+    batch = cfg["batch"] if batch is None else batch
+    repeat = cfg["repeat"] if repeat is None else repeat
+    loop_steps, batch_steps = cfg["loop_steps"], cfg["batch_steps"]
+    bw_bytes, gemm_size = GD_PROBES[size]
+    load0 = _load()
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        if quick or tiny:
-            batch = min(batch, 16 if tiny else 512)
-        loop_steps = 10 if tiny else 100 if quick else 500
-        batch_steps = 2 if tiny else 5 if quick else 20
         insts = [random_instance(n, T, d, seed=s) for s in range(batch)]
-        loop = _autograd_loop_rate(insts[0], loop_steps, warmup=2 if tiny else 20)
         X, Y, z, v = _stack_instances(insts)
-        eng = _TorchBatch(X, Y, z, v, get_loss("logistic"), torch.device("cpu"))
+        lo = get_loss("logistic")
+        eng = _TorchBatch(X, Y, z, v, lo, torch.device("cpu"))
+        eng_log = _TorchBatch(X, Y, z, v, lo, torch.device("cpu"), fast=False)
         W = torch.as_tensor(np.random.default_rng(0).standard_normal((batch, d, d)) / d)
 
-        def steps_fn() -> None:
-            Wc = W
-            for _ in range(batch_steps):
-                D, _ = eng.direction(Wc)
-                Wc = Wc - 0.1 * D
+        def steps_of(e: Any) -> Callable[[], None]:
+            def f() -> None:
+                Wc = W
+                for _ in range(batch_steps):
+                    D, _ = e.direction(Wc)
+                    Wc = Wc - 0.1 * D
 
-        steps_fn()
-        t_step = _best(steps_fn, 3) / batch_steps
-        batched = batch / t_step
+            return f
+
+        fast_fn, log_fn = steps_of(eng), steps_of(eng_log)
+        fast_fn()  # warm-up
+        log_fn()
+        loops, fasts, logs = [], [], []
+        for _ in range(repeat):  # alternating rounds: a load burst hits both sides of a round
+            loops.append(1.0 / autograd_loop_rate(insts[0], loop_steps, warmup=cfg["warmup"]))
+            fasts.append(min(_times(fast_fn, 3)) / batch_steps)
+            logs.append(min(_times(log_fn, 3)) / batch_steps)
+        ratio = median_ratio(loops, fasts, scale=batch)
+        ratio_log = median_ratio(loops, logs, scale=batch)
+        t_loop, t_step, t_log = (float(np.median(a)) for a in (loops, fasts, logs))
+        # the public entry point, end to end (stacking, transfers, one record at the end)
         t0 = time.perf_counter()
         run_gd_batch(insts, batch_steps, 0.1, record_at=[batch_steps])
         t_api = (time.perf_counter() - t0) / batch_steps
-        bw = memory_bandwidth(2**20 if tiny else 2**26 if quick else 2**28)
-        floor = 2 * X.nbytes / bw
-        flops = batch * (2 * n * d * d + 2 * n * T * d + 2 * n * T * d + 2 * n * d * d)
-        gemm = gemm_rate(128 if tiny else 1024 if quick else 2048)
+        bw = memory_bandwidth(bw_bytes)
+        gemm = gemm_rate(gemm_size)
     finally:
         torch.set_num_threads(old_threads)
+    floor = 2 * X.nbytes / bw
+    flops = batch * (2 * n * d * d + 2 * n * T * d + 2 * n * T * d + 2 * n * d * d)
+    ms = (1e3 * min(loops), 1e3 * max(loops))
     return [
-        {"name": "threads", "value": threads, "unit": "", "note": "torch threads, both engines"},
-        {"name": "batch", "value": batch, "unit": "instances", "note": f"n={n}, T={T}, d={d}, float64"},
-        {"name": "loop_step_ms", "value": 1e3 / loop, "unit": "ms", "note": "autograd + SGD, one instance"},
-        {
-            "name": "batched_step_ms",
-            "value": 1e3 * t_step,
-            "unit": "ms",
-            "note": f"one step of {batch} instances",
-        },
-        {
-            "name": "api_step_ms",
-            "value": 1e3 * t_api,
-            "unit": "ms",
-            "note": "run_gd_batch end to end, per step",
-        },
-        {
-            "name": "ratio",
-            "value": batched / loop,
-            "unit": "x",
-            "note": "instance-steps/s, target >= 200 at 4096",
-        },
-        {"name": "bandwidth", "value": bw / 1e9, "unit": "GB/s", "note": "large numpy copy, read+write"},
-        {
-            "name": "step_over_floor",
-            "value": t_step / floor,
-            "unit": "x",
-            "note": "1 = at the bandwidth floor",
-        },
-        {"name": "gemm_rate", "value": gemm / 1e9, "unit": "GFLOP/s", "note": "torch.matmul float64"},
-        {
-            "name": "gemm_fraction",
-            "value": flops / t_step / gemm,
-            "unit": "",
-            "note": "step flop rate / GEMM rate",
-        },
+        _r("load_avg_start", load0, "", f"1-min load average on {os.cpu_count()} cores, before"),
+        _r("load_avg_end", _load(), "", "after; load shares the CPU and the figures"),
+        _r("threads", threads, "", "torch.set_num_threads, both engines"),
+        _r("batch", batch, "instances", f"n={n}, T={T}, d={d}, float64"),
+        _r("rounds", repeat, "", "loop and batched measured alternately; medians and ranges"),
+        _r("loop_rate", 1.0 / t_loop, "instance-steps/s", "autograd + SGD, one instance"),
+        _r("loop_step_ms", 1e3 * t_loop, "ms", "per-instance step", ms),
+        _r("batched_rate", batch / t_step, "instance-steps/s", "closed-form batched step (fast path)"),
+        _r(
+            "batched_step_ms",
+            1e3 * t_step,
+            "ms",
+            f"one step of {batch} instances",
+            (1e3 * min(fasts), 1e3 * max(fasts)),
+        ),
+        _r(
+            "log_step_ms",
+            1e3 * t_log,
+            "ms",
+            "same step, log-domain path forced (saturated regime)",
+            (1e3 * min(logs), 1e3 * max(logs)),
+        ),
+        _r("api_step_ms", 1e3 * t_api, "ms", "run_gd_batch end to end, per step (one run)"),
+        _r("ratio", ratio[0], "x", "median per-round ratio; target >= 200 at batch 4096", ratio[1:]),
+        _r("ratio_log_path", ratio_log[0], "x", "median per-round ratio, log-domain path", ratio_log[1:]),
+        _r("bandwidth", bw / 1e9, "GB/s", "large numpy copy, read+write"),
+        _r("floor_step_ms", 1e3 * floor, "ms", "2 * X.nbytes / bandwidth"),
+        _r("step_over_floor", t_step / floor, "x", "1 = at the bandwidth floor"),
+        _r("gemm_rate", gemm / 1e9, "GFLOP/s", "torch.matmul float64"),
+        _r("step_gflops", flops / t_step / 1e9, "GFLOP/s", "useful flops of the step"),
+        _r("gemm_fraction", flops / t_step / gemm, "", "step flop rate / GEMM rate"),
     ]
 
 
-# ---------------------------------------------------------------------------------- both
+# --------------------------------------------------------------------------- formatting
 def _fmt(x: Any) -> str:
     if x is None:
         return "-"
@@ -250,6 +361,62 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def _grid(head: Sequence[str], body: Sequence[Sequence[str]], left: Sequence[int] = ()) -> str:
+    """Plain aligned table; the columns numbered in ``left`` left-aligned, the others right-aligned."""
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(head), *(line(b) for b in body)])
+
+
+def svm_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table of :func:`bench_svm`'s rows, with the issue's targets when measured."""
+    cols = (
+        "method",
+        "d",
+        "time_s",
+        "solver_time_s",
+        "time_over_dual",
+        "raw_rel_error",
+        "rel_error",
+        "certified",
+    )
+    head = ["method", "d", "time [s]", "range [s]", "solver [s]", "x dual", "raw err", "final err", "cert."]
+    body = []
+    for r in sorted(rows, key=lambda r: (r["d"], r["method"])):
+        cells = [_fmt(r[c]) for c in cols]
+        lo, hi = r["time_range_s"]
+        cells.insert(3, f"{lo:.3g}..{hi:.3g}" if r["runs"] > 1 else "1 run")
+        body.append(cells)
+    out = [f"Att-SVM solvers, n={N}, T={T} (m={N * (T - 1)} constraints)", _grid(head, body, left=(0,))]
+    for r in rows:
+        if r["method"] == "dual" and r["d"] == 1024:
+            out.append(f"target dual d=1024 <= 0.1 s: {r['time_s']:.3g} s (median of {r['runs']})")
+        if r["method"] == "primal" and r["d"] == 128:
+            out.append(f"target primal/dual at d=128 >= 50x: {r['time_over_dual']:.3g}x")
+    return "\n".join(out)
+
+
+def gd_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table of :func:`bench_gd`'s rows."""
+    body = []
+    for r in rows:
+        rng = "" if r["range"] is None else f"{r['range'][0]:.3g}..{r['range'][1]:.3g}"
+        body.append([r["name"], _fmt(r["value"]), rng, r["unit"], r["note"]])
+    title = "Batched GD engine against a per-instance autograd loop (normalized GD)"
+    return title + "\n" + _grid(["name", "value", "range", "unit", "note"], body, left=(0, 3, 4))
+
+
+def _env_line(env: dict[str, Any]) -> str:
+    return "environment: " + ", ".join(f"{k}={_fmt(v)}" for k, v in env.items())
+
+
+# ---------------------------------------------------------------------------------- both
 def run_benchmarks(
     quick: bool = False, only: str | None = None, echo: bool = True, tiny: bool = False
 ) -> dict[str, Any]:
@@ -257,48 +424,46 @@ def run_benchmarks(
 
     ``tiny`` (for the test suite) runs toy sizes whose numbers mean nothing.
 
-    Returns ``{"quick": ..., "environment": {...}, "svm": [rows], "gd": [rows]}``.
+    Returns ``{"quick", "tiny", "environment", "load_avg_end", "svm": [rows], "gd": [rows]}``.
     """
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(quiet=not echo)
-    doc: dict[str, Any] = {
-        "quick": quick,
-        "tiny": tiny,
-        "environment": {
-            "cpus": os.cpu_count(),
-            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-        },
-    }
+    doc: dict[str, Any] = {"quick": quick, "tiny": tiny, "environment": environment()}
+    if echo:
+        print(_env_line(doc["environment"]), flush=True)
     if only in (None, "svm"):
-        rows = bench_svm(quick=quick, tiny=tiny)
-        doc["svm"] = rows
-        tab = Table(title=f"Att-SVM solvers, n={N}, T={T} (m={N * (T - 1)} constraints)")
-        cols = (
-            "method",
-            "d",
-            "time_s",
-            "solver_time_s",
-            "time_over_dual",
-            "raw_rel_error",
-            "rel_error",
-            "certified",
-        )
-        heads = ("method", "d", "time [s]", "solver [s]", "× dual", "raw err", "final err", "cert.")
-        for h in heads:
-            tab.add_column(h, justify="right", no_wrap=True)
-        for r in sorted(rows, key=lambda r: (r["d"], r["method"])):
-            tab.add_row(*(_fmt(r[c]) for c in cols))
-        console.print(tab)
+        doc["svm"] = bench_svm(quick=quick, tiny=tiny)
+        if echo:
+            print(svm_table(doc["svm"]), flush=True)
     if only in (None, "gd"):
-        rows = bench_gd(quick=quick, tiny=tiny)
-        doc["gd"] = rows
-        tab = Table(title="Batched GD engine against a per-instance autograd loop (normalized GD)")
-        for c in ("name", "value", "unit", "note"):
-            tab.add_column(c)
-        for r in rows:
-            tab.add_row(r["name"], _fmt(r["value"]), r["unit"], r["note"])
-        console.print(tab)
+        doc["gd"] = bench_gd(quick=quick, tiny=tiny)
+        if echo:
+            print(gd_table(doc["gd"]), flush=True)
+    doc["load_avg_end"] = _load()
     return doc
+
+
+def script_main(group: str, argv: list[str] | None = None, description: str | None = None) -> int:
+    """Command-line entry point of ``benchmarks/bench_{svm,gd}.py``: one group, as a table or JSON."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="small sizes (seconds)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    if group == "svm":
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--repeats", type=int, default=5, help="dual timings (median)")
+    else:
+        p.add_argument("--batch", type=int, default=None, help="default 4096 (512 with --quick)")
+        p.add_argument("--threads", type=int, default=2)
+        p.add_argument(
+            "--repeat", type=int, default=None, help="alternating rounds (default 5; 3 with --quick)"
+        )
+    args = p.parse_args(argv)
+    env = environment()
+    if group == "svm":
+        rows = bench_svm(quick=args.quick, seed=args.seed, repeats=args.repeats)
+    else:
+        rows = bench_gd(quick=args.quick, batch=args.batch, threads=args.threads, repeat=args.repeat)
+    if args.json:
+        print(json.dumps({"environment": env, "rows": rows}, indent=1))
+    else:
+        print(_env_line(env))
+        print(svm_table(rows) if group == "svm" else gd_table(rows))
+    return 0

@@ -324,6 +324,8 @@ def test_bench_tiny_json(tmp_path: Path) -> None:
     names = {r["name"] for r in doc["gd"]}
     assert {"ratio", "gemm_fraction", "step_over_floor"} <= names
     assert "Att-SVM solvers" in proc.stdout
+    # the command re-executes with passive OpenMP waiting before torch loads (a user's value wins)
+    assert doc["environment"]["OMP_WAIT_POLICY"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def test_version() -> None:
