@@ -25,11 +25,13 @@ ratios compare like with like:
   ≥ 200× at ``B = 4096`` on 2 cores.
 
 Environment: the 1-min load average before and after each group, the torch thread count and the
-thread variables are recorded with the results. OpenMP workers that spin while waiting (the
-default) take the CPU from the main thread on a shared machine (measured: loop 0.2 → 2.3 ms/step
-at load 5), so ``attnsvm bench`` and ``benchmarks/bench_gd.py`` set ``OMP_WAIT_POLICY=PASSIVE``
-before torch loads (an explicit setting wins); this module itself changes no process-wide
-setting except the torch thread count during :func:`bench_gd`, restored afterwards.
+thread variables are recorded with the results. Both engines run with the process's OpenMP
+settings (the default spinning wait measured fastest for both on a quiet machine: loop 0.23 ms,
+batched 4.97 ms; with ``OMP_WAIT_POLICY=PASSIVE`` 0.55 ms and 8.6 ms, a flattering 262× that
+comes from slowing the loop). On an oversubscribed machine spinning workers steal the main
+thread's CPU (loop 0.2 → 2.3 ms/step at load 5): run the benchmark on a quiet machine, or set
+``OMP_WAIT_POLICY=PASSIVE`` for both sides and read the ratio as such. This module changes no
+process-wide setting except the torch thread count during :func:`bench_gd`, restored afterwards.
 
 ``--quick`` sizes take about ten seconds; ``tiny`` (tests) runs toy sizes whose numbers mean
 nothing; the full sizes take minutes and gigabytes and never run in CI.

@@ -574,10 +574,6 @@ def build_parser() -> argparse.ArgumentParser:
 #: measured 100× slower on a loaded 2-core machine (dual Att-SVM at d = 64: 116 ms against
 #: 0.9 ms single-threaded), so the command runs BLAS single-threaded unless the user set one.
 BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-#: For ``attnsvm bench`` only: OpenMP workers that spin while waiting (the default) take the CPU
-#: from the main thread on a shared machine and the GD figures then measure the spin policy
-#: (loop 0.2 → 2.3 ms/step at load 5), so the benchmark runs with passive waiting unless set.
-BENCH_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 _REEXEC_MARK = "ATTNSVM_CLI_REEXEC"
 
 
@@ -586,9 +582,6 @@ def _reexec_env(argv: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     if not any(v in os.environ for v in BLAS_THREAD_VARS):
         env.update({v: "1" for v in BLAS_THREAD_VARS})
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if command == "bench":
-        env.update({k: v for k, v in BENCH_ENV.items() if k not in os.environ})
     return env
 
 
@@ -618,8 +611,7 @@ def main(argv: list[str] | None = None) -> int:
 
     Args:
       argv: the arguments (without the program name); ``None`` means ``sys.argv[1:]``, and then
-        BLAS is made single-threaded first (see :data:`BLAS_THREAD_VARS`), and ``bench`` gets
-        passive OpenMP waiting (:data:`BENCH_ENV`).
+        BLAS is made single-threaded first (see :data:`BLAS_THREAD_VARS`).
     """
     if argv is None:
         _reexec_with_env()

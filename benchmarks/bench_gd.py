@@ -9,14 +9,9 @@ Run: ``python benchmarks/bench_gd.py [--quick] [--batch B] [--threads K] [--repe
 
 from __future__ import annotations
 
-import os
+from typing import Any
 
-# Before torch loads (``import attnsvm`` loads it): passive OpenMP waiting, see attnsvm.bench.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-from typing import Any  # noqa: E402
-
-from attnsvm.bench import bench_gd, script_main  # noqa: E402
+from attnsvm.bench import bench_gd, script_main
 
 
 def bench(

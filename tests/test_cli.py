@@ -324,8 +324,10 @@ def test_bench_tiny_json(tmp_path: Path) -> None:
     names = {r["name"] for r in doc["gd"]}
     assert {"ratio", "gemm_fraction", "step_over_floor"} <= names
     assert "Att-SVM solvers" in proc.stdout
-    # the command re-executes with passive OpenMP waiting before torch loads (a user's value wins)
-    assert doc["environment"]["OMP_WAIT_POLICY"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
+    # the environment the figures were measured in is recorded with them, as the process had it
+    env = doc["environment"]
+    assert env["OMP_WAIT_POLICY"] == os.environ.get("OMP_WAIT_POLICY")
+    assert env["cpus"] == os.cpu_count() and env["torch_threads"] >= 1
 
 
 def test_version() -> None:
