@@ -47,6 +47,11 @@ __all__ = [
 
 FloatArray = NDArray[np.float64]
 
+EPS = float(np.finfo(np.float64).eps)
+#: The normalized direction is refused when ``||∇L|| ≤ CANCELLATION_FACTOR·nT·eps·Σ|w_it| ||x_it|| ||z_i||``:
+#: below that, float64 cannot tell the gradient from the rounding of its own sum.
+CANCELLATION_FACTOR = 8
+
 
 class GradDirection(NamedTuple):
     """A unit-Frobenius-norm gradient direction and the log of the gradient's norm.
@@ -151,10 +156,15 @@ def normalized_risk_grad_of(
     scaled = np.where(live, sign_w * np.exp(np.where(live, log_w, top) - top), 0.0)
     G = np.einsum("nt,ntd,ne->de", scaled, X, z)
     norm = float(np.linalg.norm(G))
-    if not norm > 0 or not np.isfinite(norm):
+    # ||G|| below the rounding level of its own sum means the contributions cancel (e.g. a
+    # sequence repeated with the opposite label): what is left is rounding noise, not a direction.
+    # Each entry of G sums nT products, so its error is ≤ nT·eps·Σ|scaled_it||x_it||z_i| (Frobenius).
+    magnitude = float(np.sum(np.abs(scaled) * np.linalg.norm(X, axis=2) * np.linalg.norm(z, axis=1)[:, None]))
+    if not norm > CANCELLATION_FACTOR * X.shape[0] * X.shape[1] * EPS * magnitude or not np.isfinite(norm):
         raise NumericalError(
-            "the risk gradient's sequence contributions cancel exactly at this W; "
-            "the normalized direction is undefined"
+            "the risk gradient's contributions cancel to rounding level at this W "
+            f"(||∇L|| ≤ {CANCELLATION_FACTOR}·nT·eps × the sum of their magnitudes): W is stationary up to "
+            "rounding and the normalized direction is undefined"
         )
     return GradDirection(G / norm, top + float(np.log(norm)))
 

@@ -252,3 +252,18 @@ def test_no_public_call_modifies_its_inputs(inst):
     A.vec_rowmajor(W)
     for got, orig in ((X, inst.X), (Y, inst.Y), (v, inst.v), (z, inst.z), (W, W_copy), (alpha, alpha_copy)):
         np.testing.assert_array_equal(got, orig)
+
+
+def test_cancellation_to_rounding_level_raises():
+    """A sequence repeated with the opposite label has ∇L = 0 exactly under the correlation loss,
+    but the float64 sum leaves rounding noise (found by the property suite): the normalized
+    direction must not be that noise."""
+    for seed in (0, 3):
+        one = A.random_instance(1, 2, 1, seed=seed)
+        dup = A.Instance(
+            np.concatenate([one.X, one.X]), np.array([1.0, -1.0]), one.v, np.concatenate([one.z, one.z])
+        )
+        g = A.risk_grad(dup, np.zeros((1, 1)), "correlation")
+        assert np.abs(g).max() <= 1e-15  # zero up to rounding
+        with pytest.raises(NumericalError, match="cancel to rounding level"):
+            A.normalized_risk_grad(dup, np.zeros((1, 1)), "correlation")
