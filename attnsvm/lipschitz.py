@@ -135,10 +135,20 @@ def logit_gram(inst: Instance) -> FloatArray:
     Returns:
       ``G``, shape ``(n·T, n·T)``, rows ordered by sequence then token.
     """
-    n, T, _ = inst.shape
-    zz = inst.z @ inst.z.T  # (n, n)
-    xx = np.einsum("itd,jud->itju", inst.X, inst.X)
+    return _logit_gram_of(inst.X, inst.z)
+
+
+def _logit_gram_of(X: FloatArray, z: FloatArray) -> FloatArray:
+    n, T, _ = X.shape
+    zz = z @ z.T  # (n, n)
+    xx = np.einsum("itd,jud->itju", X, X)
     return np.asarray((zz[:, None, :, None] * xx).reshape(n * T, n * T))
+
+
+def _unit_scale(a: FloatArray) -> float:
+    """``max|a|`` (1 for an all-zero array): dividing by it keeps Gram entries away from under/overflow."""
+    m = float(np.max(np.abs(a))) if a.size else 0.0
+    return m if m > 0 else 1.0
 
 
 def _lam_max(G: FloatArray) -> float:
@@ -322,18 +332,30 @@ def lipschitz_bound(
     R = _check_radius(radius)
     n, T, _ = inst.shape
     rtol = bound_rounding_rtol(inst)
-    G = logit_gram(inst)
-    Lnorm = math.sqrt(_lam_max(G))
+    # Every norm below is homogeneous in X and z: form the Gram matrices from X/sx and z/sz and
+    # multiply the scale back after the square root, so data of size 1e-160 (Gram entries 1e-640)
+    # or 1e+160 neither underflows to 0 nor overflows.
+    sx, sz = _unit_scale(inst.X), _unit_scale(inst.z)
+    Xs, zs = inst.X / sx, inst.z / sz
+    G = _logit_gram_of(Xs, zs)
+    Lnorm = sx * sz * math.sqrt(_lam_max(G))
     cands: dict[str, float]
     if kind == "linear":
         if of == "weights":
             kappa = np.ones(n)
             cands = {"||L||_2 (exact)": Lnorm}
         else:
-            xa = np.einsum("itd,it->id", inst.X, inst.values())  # X_iᵀ a_i, (n, d)
-            H = (inst.z @ inst.z.T) * (xa @ xa.T)
+            a = inst.values()
+            sa = _unit_scale(a)
+            xa = np.einsum("itd,it->id", Xs, a / sa)  # X_iᵀ a_i / (sx·sa), (n, d)
+            H = (zs @ zs.T) * (xa @ xa.T)
             kappa = np.ones(n)
-            cands = {"||A L||_2 (exact, Gram (z_i·z_j)(X_i^T a_i·X_j^T a_j))": math.sqrt(_lam_max(H))}
+            cands = {
+                "||A L||_2 (exact, Gram (z_i·z_j)(X_i^T a_i·X_j^T a_j))": sx
+                * sz
+                * sa
+                * math.sqrt(_lam_max(H))
+            }
         jf = 1.0
     else:
         p = _max_weight_bound(inst, kind, R)
@@ -350,7 +372,7 @@ def lipschitz_bound(
         kappa_rows = np.repeat(kappa, T)
         cands = {
             cap_name: cap * Lnorm,
-            "||K L||_2": _scaled_norm(G, kappa_rows),
+            "||K L||_2": sx * sz * _scaled_norm(G, kappa_rows),
         }
         jf = float(np.max(kappa))
     formula = min(cands, key=lambda k: cands[k])

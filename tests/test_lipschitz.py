@@ -492,3 +492,18 @@ def test_overflowing_radius_raises_not_nan() -> None:
     assert jacobian_norm(A.random_instance(1, 2, 2, seed=0), np.full((2, 2), 1e308), "softmax") == 0.0
     b = lipschitz_bound(inst, "softmax", radius=1e300)
     assert math.isfinite(b.value)
+
+
+@pytest.mark.parametrize("c", [1e-160, 1e150])
+def test_linear_bounds_homogeneous_at_extreme_scales(c):
+    """||𝓛||₂ and ||A𝓛||₂ are homogeneous: scaling the tokens by c scales the linear weights bound
+    by c and the linear output bound by c² (values a = vᵀx scale by c too). The Gram entries of the
+    scaled data under- or overflow float64 (c⁴ = 1e-640 / 1e600), so this fails unless the bound
+    rescales the data before forming them (found by the property suite at v = 1e-300). Tolerance:
+    both sides are computed to ~100 ulps (eigvalsh plus the rounding allowance of the bound)."""
+    inst = A.random_instance(2, 3, 4, seed=5)
+    big = A.Instance(c * inst.X, inst.Y, inst.v, inst.z)
+    for of, power in (("weights", 1), ("output", 2)):
+        ref = float(lipschitz_bound(inst, "linear", radius=1.0, of=of))
+        got = float(lipschitz_bound(big, "linear", radius=1.0, of=of))
+        assert got == pytest.approx(c**power * ref, rel=1e-13)
