@@ -155,18 +155,23 @@ def normalized_risk_grad_of(
     top = float(np.max(log_w[live]))
     scaled = np.where(live, sign_w * np.exp(np.where(live, log_w, top) - top), 0.0)
     G = np.einsum("nt,ntd,ne->de", scaled, X, z)
-    norm = float(np.linalg.norm(G))
+    # Normalise by max|G| before the norm: ||G|| squares the entries, which underflows below
+    # ~1e-154 (tiny queries, or a saturated sequence led by a zero token) although G is normal.
+    gmax = float(np.max(np.abs(G)))
+    unit = G / gmax if gmax > 0 else G
+    norm = float(np.linalg.norm(unit))  # = ||G|| / max|G| ∈ [1, d]
     # ||G|| below the rounding level of its own sum means the contributions cancel (e.g. a
     # sequence repeated with the opposite label): what is left is rounding noise, not a direction.
     # Each entry of G sums nT products, so its error is ≤ nT·eps·Σ|scaled_it||x_it||z_i| (Frobenius).
     magnitude = float(np.sum(np.abs(scaled) * np.linalg.norm(X, axis=2) * np.linalg.norm(z, axis=1)[:, None]))
-    if not norm > CANCELLATION_FACTOR * X.shape[0] * X.shape[1] * EPS * magnitude or not np.isfinite(norm):
+    bound = CANCELLATION_FACTOR * X.shape[0] * X.shape[1] * EPS * magnitude
+    if not gmax > 0 or not np.isfinite(norm) or not gmax * norm > bound:
         raise NumericalError(
             "the risk gradient's contributions cancel to rounding level at this W "
             f"(||∇L|| ≤ {CANCELLATION_FACTOR}·nT·eps × the sum of their magnitudes): W is stationary up to "
             "rounding and the normalized direction is undefined"
         )
-    return GradDirection(G / norm, top + float(np.log(norm)))
+    return GradDirection(unit / norm, top + float(np.log(gmax)) + float(np.log(norm)))
 
 
 # ---------------------------------------------------------------- public API

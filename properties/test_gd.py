@@ -1,0 +1,196 @@
+"""GD → SVM: normalized GD converges in direction to ``W_mm(α_final)``; the selected tokens are
+locally optimal; under the global-convergence condition they are the optimal tokens; the
+regularization path approaches the max-margin direction too.
+
+References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (Thm. on local convergence of
+normalized GD, global convergence when every non-optimal token of a sequence has the same score,
+regularization path); Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
+
+Calibration. On 85 instances of this file's family (n ≤ 3, T ≤ 5, d ≤ 4, Gaussian data with
+``d ≥ max(n, T − 1)``, normalized GD, ``lr = 0.1``, ``W_0 = 0``) the direction gap
+``1 − corr(W_t, W_mm(α_final))`` fell ~4× per doubling of ``t`` (``∝ (η t)^{−2}``), with
+``gap · (η t)² ≤ 20``. The ci run then found a slower instance (pinned, ``GD_SLOW``: gaps 1.6e-2,
+1.2e-2, 6.9e-3, 3.1e-3, 1.2e-3, 3.7e-4 at steps 250 … 8000, i.e. ``gap · (η t)² = 236`` and still
+accelerating): the asymptotic rate holds but its constant varies by more than 10× between
+instances, so a fixed ``C/(ηt)²`` bound is not a sound threshold. The test asserts what holds on
+every instance measured: after the final token segment starts the gap decreases at every record,
+and at step 8000 it is at most ``GAP_FINAL = 1e-2`` (27× the slowest measured, 3.7e-4).
+
+Finding (sweep, pinned as ``GD_LATE_SWITCH``): tokens that look settled are not always settled.
+On a 3×5×4 instance GD selects α = (3, 4, 2) from step ≤ 250 to 1000 while its gap to
+``W_mm(3, 4, 2)`` falls like the rate above (9.6e-3, 2.2e-3, 5.5e-4), and that α *is* locally
+optimal; then GD leaves it and selects ``opt = (4, 4, 2)`` by step 2000 (gap to ``W_mm(opt)``:
+5.9e-3, 3.5e-4, 7.6e-5 at steps 2000, 4000, 8000). So convergence towards a locally optimal
+``W_mm(α)`` for a while does not mean GD stays there; the tests below therefore measure from the
+first step of the *final* token segment (``s0``), and require ``s0 ≤ SETTLE_BY``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import example, given, note, settings
+
+import attnsvm as A
+from attnsvm import strategies as S
+from attnsvm.gd import direction_corr, regularization_path, run_gd
+from attnsvm.instance import Instance
+from attnsvm.svm import is_locally_optimal, local_optimality_report, solve_svm
+
+LR = 0.1
+STEPS = 8000
+RECORD = [250, 500, 1000, 2000, 4000, 8000]
+#: The final token segment must start by this step (measured: ≤ 2000, the pinned late switch).
+SETTLE_BY = 2000
+#: ``1 − corr(W_t, W_mm(α_final))`` at step ``STEPS``: 27× the slowest measured (3.7e-4, ``GD_SLOW``).
+GAP_FINAL = 1e-2
+#: After settling the gap must shrink between records; allow it to grow by rounding only
+#: (``corr`` is a ratio of d²-long dot products: relative error ~ d²·EPS ≪ 1e-12).
+MONOTONE_SLACK = 1e-12
+
+#: The ci run's slow instance (module docstring), exact float64 values.
+GD_SLOW = dict(
+    X=[
+        [
+            [-0.6659328712946647, -0.018902500715432258],
+            [-0.26687176879353336, -1.3393217839210059],
+            [-1.2852488495090926, -0.19510102508081967],
+        ],
+        [
+            [0.5571421730116081, 0.15496757857863197],
+            [0.4748340033119231, 0.749577404666003],
+            [-0.00034703692474363025, 1.4793903760573048],
+        ],
+    ],
+    Y=[1.0, 1.0],
+    v=[0.5324839913374303, -1.308647310997363],
+    z=[[0.012971524882959344, -0.22736085550510335], [-0.6579946187902878, -1.6335950144262836]],
+)
+
+#: The sweep's late-switch instance (see module docstring), exact float64 values.
+GD_LATE_SWITCH = dict(
+    X=[
+        [
+            [-0.8019314252534474, -1.324358995628145, -0.24836162209524854, 0.4204452380655215],
+            [1.1360465324896427, 0.10970639932180819, -0.5526473205362324, -0.7847803553442784],
+            [0.7487457707345911, 1.6347830429585775, 0.27276877584472176, -1.2333286640307717],
+            [-0.9582652054360887, 1.6000190889991115, 0.2028824405086084, -1.7321348424395848],
+            [-0.08369619281702581, -1.1632259734447485, -0.6292880940615545, -0.48800582327685743],
+        ],
+        [
+            [-0.7133133716322436, 0.5533784703532895, -0.06308597192528916, -0.5894312580326048],
+            [0.40963782655711695, 0.8298553070613239, -1.643023371405677, -0.256730126365494],
+            [-0.9807473560440125, -0.17315522486203205, -1.2894187467538587, 0.0206903940375912],
+            [-0.03788574104406823, -0.304337750958489, -1.0479265051202462, -0.3961903304730927],
+            [-1.091328901695709, -1.3552087462047395, 0.22478573245989314, -1.109349937891366],
+        ],
+        [
+            [1.1702961011782933, 0.7165876558738361, -1.9978166924497212, 0.272128869412488],
+            [-1.1017166275810448, 0.033057220158269195, 0.04363199256942161, -1.9884297882311208],
+            [-0.23342252376577002, -0.255790031399391, 0.9620005318430944, -1.1814468079562157],
+            [0.7380418978456841, -1.0989727630364063, -0.33129089269991674, -0.8404731684222111],
+            [1.448731288921672, 0.5682130997882933, 2.4317325028452124, 0.6419163790823205],
+        ],
+    ],
+    Y=[1.0, 1.0, 1.0],
+    v=[0.10302313848680769, -0.8649727462818201, 0.8957830431894438, -1.298481208246912],
+    z=[
+        [0.8449927337191754, 0.8406828762653401, -0.6066115359095516, -0.07002844663838208],
+        [1.350388867744626, -0.3965507651729716, 0.18879953129109867, -0.021223460417289796],
+        [0.6092164928327407, -0.3649087419473726, -0.15236188875684828, 0.24238142867215043],
+    ],
+)
+
+costly = settings(max_examples=max(5, settings.default.max_examples // 8))
+
+generic = S.shapes(n=(1, 3), T=(2, 5), d=(1, 4), generic_feasible=True).flatmap(
+    lambda sh: S.instances(shape=sh, family="gaussian")
+)
+#: The global-convergence condition: every non-optimal token of a sequence has the same score.
+equal_scores = S.feasible_instances(n=(1, 3), T=(2, 4), equal_nonoptimal_scores=True)
+
+
+def _run(inst: Instance):  # type: ignore[no-untyped-def]
+    return run_gd(inst, steps=STEPS, lr=LR, normalized=True, record_at=RECORD, keep_iterates=True)
+
+
+def _final_segment_start(tr) -> int:  # type: ignore[no-untyped-def]
+    """Index of the first record of the final run of identical selected tokens."""
+    tokens = tr.tokens
+    k = len(tokens) - 1
+    while k > 0 and np.array_equal(tokens[k - 1], tokens[-1]):
+        k -= 1
+    return k
+
+
+@costly
+@example(inst=A.Instance(**GD_LATE_SWITCH))  # type: ignore[arg-type]
+@example(inst=A.Instance(**GD_SLOW))  # type: ignore[arg-type]
+@given(generic)
+def test_normalized_gd_converges_in_direction_to_svm_of_final_tokens(inst: Instance) -> None:
+    tr = _run(inst)
+    k0 = _final_segment_start(tr)
+    s0 = int(tr.steps[k0])
+    note(f"tokens per record {tr.tokens.tolist()}, final segment from step {s0}")
+    assert s0 <= SETTLE_BY, f"selected tokens still changing at step {s0}"
+    W_mm = solve_svm(inst, tr.final_tokens).W
+    gaps = [1 - direction_corr(r.W, W_mm) for r in tr.record[k0:]]
+    note(f"direction gaps from step {s0}: {gaps}")
+    assert all(b <= a + MONOTONE_SLACK for a, b in zip(gaps, gaps[1:], strict=False)), "correlation fell"
+    assert gaps[-1] <= GAP_FINAL
+
+
+@costly
+@example(inst=A.Instance(**GD_LATE_SWITCH))  # type: ignore[arg-type]
+@given(generic)
+def test_final_tokens_are_locally_optimal(inst: Instance) -> None:
+    """Empirical conjecture (the theory proves convergence *to* locally optimal directions from a
+    suitable start; from ``W = 0`` it is open): GD from zero ends at a locally optimal α. No
+    counterexample in the ci/sweep runs recorded in notes/README-properties.md."""
+    tr = _run(inst)
+    rep = local_optimality_report(inst, tr.final_tokens)
+    assert rep.feasible, rep.reason
+    assert rep.locally_optimal, rep.reason
+
+
+@costly
+@given(equal_scores)
+def test_global_condition_selects_optimal_tokens(inst: Instance) -> None:
+    """Condition: in every sequence all non-optimal tokens share one score (and the step is small:
+    lr = 0.1 with unit-norm directions). Then GD selects ``opt`` and aligns with ``W_mm(opt)``."""
+    tr = _run(inst)
+    opt = inst.optimal_tokens()
+    assert np.array_equal(tr.final_tokens, opt)
+    assert is_locally_optimal(inst, opt)
+    assert 1 - direction_corr(tr.W, solve_svm(inst).W) <= GAP_FINAL
+
+
+@costly
+@given(generic)
+def test_regularization_path_approaches_svm_direction(inst: Instance) -> None:
+    """The path ``W_R`` (stationary points of ``min_{||W|| ≤ R} L``) turns towards ``W_mm(α_R)``
+    for the tokens it selects at the largest radius; where GD selects the same tokens, both end
+    in the same direction. Measured on this family: ``1 − corr`` at R = 64 ≤ 2e-3; bound 10×."""
+    radii = [4.0, 16.0, 64.0]
+    path = regularization_path(inst, radii, max_steps=500)
+    alpha_R = path.points[-1].tokens
+    W_mm = solve_svm(inst, alpha_R).W
+    gaps = [1 - direction_corr(p.W, W_mm) for p in path.points]
+    note(f"path gaps {gaps}")
+    assert gaps[-1] <= 2e-2
+    assert gaps[-1] <= gaps[0] + MONOTONE_SLACK
+    tr = _run(inst)
+    if np.array_equal(tr.final_tokens, alpha_R):
+        assert 1 - direction_corr(tr.W, path.points[-1].W) <= 2e-2 + GAP_FINAL
+
+
+def test_finding_gd_leaves_a_locally_optimal_direction_it_tracked() -> None:
+    """The pinned late switch (module docstring): at step 1000 GD selects a locally optimal α ≠ opt
+    and is within 1e-3 of ``W_mm(α)`` in direction, yet by step 8000 it selects ``opt``."""
+    inst = A.Instance(**GD_LATE_SWITCH)  # type: ignore[arg-type]
+    tr = _run(inst)
+    at = {int(r.step): r for r in tr.record}
+    alpha = at[1000].tokens
+    assert not np.array_equal(alpha, inst.optimal_tokens())
+    assert is_locally_optimal(inst, alpha)
+    assert 1 - direction_corr(at[1000].W, solve_svm(inst, alpha).W) <= 1e-3
+    assert np.array_equal(tr.final_tokens, inst.optimal_tokens())

@@ -1,0 +1,171 @@
+"""Att-SVM solutions: KKT certificates, agreement of methods, optimality, symmetries, infeasibility.
+
+``W_mm(α) = argmin ||W||_F  s.t.  (x_iα_i − x_it)ᵀ W z_i ≥ 1`` (arXiv 2308.16898). Instances come
+from :func:`attnsvm.strategies.feasible_instances`, which guarantees feasibility for every α
+(independent queries, affinely independent tokens) with well-conditioned constraint rows.
+
+Tolerances. Solutions are certified by the solver to ``CERTIFY_RTOL = 1e-9`` relative (first-order
+error bound ``cond(K_S)·eps`` and relative KKT residuals, :mod:`attnsvm.svm`). Quantities this
+file recomputes from ``W`` add dot-product rounding ``d²·EPS`` relative, negligible next to it.
+So ``KKT_RTOL = 10·CERTIFY_RTOL`` (one order of headroom for the recomputation) and two certified
+solutions of the same problem differ by at most ``AGREE_RTOL = 2·KKT_RTOL`` relative.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import attnsvm as A
+from attnsvm import strategies as S
+from attnsvm.instance import Instance
+from attnsvm.svm import CERTIFY_RTOL, NUC_SUPPORT_TOL, is_locally_optimal, solve_svm
+
+KKT_RTOL = 10 * CERTIFY_RTOL
+AGREE_RTOL = 2 * KKT_RTOL
+
+feasible = S.feasible_instances(n=(1, 3), T=(2, 4))
+cross = S.feasible_instances(n=(1, 3), T=(2, 4), attention="cross")
+costly = settings(max_examples=max(5, settings.default.max_examples // 4))
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), np.finfo(np.float64).tiny))
+
+
+@given(S.instances_and_alphas(feasible))
+def test_kkt_certificate_holds(pair: tuple[Instance, np.ndarray]) -> None:
+    """Recomputed independently from ``W`` and the duals: feasibility, ``λ ≥ 0``, stationarity
+    ``W = Σ λ_it Δ_it z_iᵀ``, complementary slackness, and the support = active rows."""
+    inst, alpha = pair
+    sol = solve_svm(inst, alpha)
+    assert sol.certified
+    assert sol.duals is not None
+    assert np.array_equal(sol.alpha, alpha)
+    pairs = [(i, t) for i in range(inst.n) for t in range(inst.T) if t != alpha[i]]
+    assert [tuple(p) for p in sol.pairs.tolist()] == pairs
+    D = np.array([inst.X[i, alpha[i]] - inst.X[i, t] for i, t in pairs])
+    Z = np.array([inst.z[i] for i, _ in pairs])
+    margins = np.einsum("rk,kj,rj->r", D, sol.W, Z)
+    scale = 1.0 + np.linalg.norm(D, axis=1) * np.linalg.norm(Z, axis=1) * np.linalg.norm(sol.W)
+    assert np.all(margins >= 1 - KKT_RTOL * scale)  # primal feasibility
+    lam = sol.duals
+    assert np.all(lam >= -KKT_RTOL * np.max(np.abs(lam)))  # dual feasibility
+    Wl = np.einsum("r,rk,rj->kj", lam, D, Z)
+    assert _rel(Wl, sol.W) <= KKT_RTOL  # stationarity
+    assert np.all(
+        np.abs(lam) / np.max(np.abs(lam)) * np.abs(margins - 1) <= KKT_RTOL * scale
+    )  # compl. slackness
+    active = {p for p, m, s in zip(pairs, margins, scale, strict=True) if abs(m - 1) <= KKT_RTOL * s}
+    assert set(map(tuple, sol.support)) == active
+    # the vectorised form agrees: svm_rowsᵀ·duals = vec(W)
+    assert _rel(A.svm_rows(inst, alpha).T @ lam, A.vec(sol.W)) <= KKT_RTOL
+
+
+@costly
+@given(S.instances_and_alphas(feasible))
+def test_methods_agree_on_w_and_support(pair: tuple[Instance, np.ndarray]) -> None:
+    inst, alpha = pair
+    sols = {m: solve_svm(inst, alpha, method=m) for m in ("dual", "vector", "primal", "auto")}
+    ref = sols["dual"]
+    for m, s in sols.items():
+        assert s.certified, m
+        assert _rel(s.W, ref.W) <= AGREE_RTOL, m
+        assert set(s.support) == set(ref.support), m
+
+
+@given(S.instances_and_alphas(feasible), S.seeds(), st.floats(1e-6, 1.0))
+def test_no_feasible_point_of_smaller_norm(pair: tuple[Instance, np.ndarray], seed: int, t: float) -> None:
+    """Perturb ``W_mm`` and rescale to feasibility: the result is never shorter.
+
+    ``W' = (W + tE)/min_r margin_r(W + tE)`` is feasible whenever that minimum is positive; its norm
+    must be ``≥ ||W_mm||·(1 − KKT_RTOL)`` (W_mm certified optimal to ``CERTIFY_RTOL``)."""
+    inst, alpha = pair
+    sol = solve_svm(inst, alpha)
+    E = np.random.default_rng(seed).standard_normal(sol.W.shape)
+    Wp = sol.W + t * np.linalg.norm(sol.W) * E / np.linalg.norm(E)
+    mmin = float(np.min(A.svm_margins(inst, Wp, alpha)))
+    if mmin > 0:  # otherwise W' cannot be rescaled to feasibility: nothing to compare
+        assert np.linalg.norm(Wp / mmin) >= np.linalg.norm(sol.W) * (1 - KKT_RTOL)
+
+
+@given(S.instances_and_alphas(cross), st.floats(1e-2, 1e2), st.booleans())
+def test_scaling_queries_scales_solution_inversely(
+    pair: tuple[Instance, np.ndarray], c: float, neg: bool
+) -> None:
+    """Cross-attention: ``z → c z`` maps the constraints ``Δᵀ W z ≥ 1`` to ``Δᵀ (cW) z ≥ 1``, so
+    ``W_mm(cz) = W_mm(z)/c`` (also for ``c < 0``)."""
+    inst, alpha = pair
+    c = -c if neg else c
+    scaled = A.Instance(inst.X, inst.Y, inst.v, c * inst.z)
+    W1, Wc = solve_svm(inst, alpha).W, solve_svm(scaled, alpha).W
+    assert _rel(Wc, W1 / c) <= AGREE_RTOL
+
+
+@given(S.instances_and_alphas(cross), S.seeds())
+def test_permuting_tokens_and_sequences_leaves_solution(pair: tuple[Instance, np.ndarray], seed: int) -> None:
+    """Permuting the tokens within sequences (α follows its token) and the sequences themselves
+    only reorders the constraints: ``W_mm`` is unchanged, the support maps accordingly."""
+    inst, alpha = pair
+    rng = np.random.default_rng(seed)
+    seq = rng.permutation(inst.n)
+    tok = np.array([rng.permutation(inst.T) for _ in range(inst.n)])  # new token u is old tok[i, u]
+    Xp = np.stack([inst.X[seq[k], tok[k]] for k in range(inst.n)])
+    inv = np.argsort(tok, axis=1)
+    alpha_p = np.array([inv[k, alpha[seq[k]]] for k in range(inst.n)])
+    p = A.Instance(Xp, inst.Y[seq], inst.v, inst.z[seq])
+    s0, s1 = solve_svm(inst, alpha), solve_svm(p, alpha_p)
+    assert _rel(s1.W, s0.W) <= AGREE_RTOL
+    mapped = {(int(seq[k]), int(tok[k, u])) for k, u in s1.support}
+    assert mapped == set(s0.support)
+
+
+@given(S.instances_and_alphas(feasible), st.data())
+def test_duplicating_the_selected_token_is_infeasible(
+    pair: tuple[Instance, np.ndarray], data: st.DataObject
+) -> None:
+    """A token equal to the selected one gives the constraint ``0 ≥ 1``."""
+    inst, alpha = pair
+    i = data.draw(st.integers(0, inst.n - 1))
+    t = data.draw(st.sampled_from([u for u in range(inst.T) if u != alpha[i]]))
+    X = np.array(inst.X)
+    X[i, t] = X[i, alpha[i]]
+    dup = A.Instance(X, inst.Y, inst.v, None if inst.self_attention else inst.z)
+    with pytest.raises(A.InfeasibleSVMError):
+        solve_svm(dup, alpha)
+
+
+@given(feasible)
+def test_optimal_tokens_are_locally_optimal(inst: Instance) -> None:
+    """``α = opt`` scores above every other token, so it is locally optimal whenever feasible."""
+    assert is_locally_optimal(inst, inst.optimal_tokens())
+    assert np.array_equal(solve_svm(inst).alpha, inst.optimal_tokens())
+
+
+@costly
+@given(S.instances_and_alphas(S.feasible_instances(n=(1, 2), T=(2, 3), extra_d=(0, 0))))
+def test_nuclear_norm_solution_is_feasible_and_no_worse_than_frobenius(
+    pair: tuple[Instance, np.ndarray],
+) -> None:
+    """``min ||W||_*`` under the same constraints: feasible (margins ≥ 1 to rounding after the
+    solver's rescaling), its objective is ``||W||_*`` and at most that of the Frobenius solution
+    (a feasible point) up to the certified relative gap ``error_bound``; the support is the rows
+    with margin 1 to ``NUC_SUPPORT_TOL``."""
+    inst, alpha = pair
+    nuc = solve_svm(inst, alpha, norm="nuc")
+    fro = solve_svm(inst, alpha)
+    margins = A.svm_margins(inst, nuc.W, alpha)
+    rows = [tuple(p) for p in A.svm_constraints(inst, alpha).pairs.tolist()]
+    assert [tuple(p) for p in nuc.pairs.tolist()] == rows
+    assert np.all(np.abs(nuc.margins - margins) <= KKT_RTOL * (1 + np.abs(margins)))
+    assert np.min(margins) >= 1 - KKT_RTOL
+    nuc_norm = float(np.sum(np.linalg.svd(nuc.W, compute_uv=False)))
+    assert abs(nuc.objective - nuc_norm) <= KKT_RTOL * nuc_norm
+    fro_nuc = float(np.sum(np.linalg.svd(fro.W, compute_uv=False)))
+    assert nuc_norm <= fro_nuc * (1 + nuc.error_bound + KKT_RTOL)
+    assert set(map(tuple, nuc.support)) == {
+        p for p, m in zip(rows, margins, strict=True) if m - 1 <= NUC_SUPPORT_TOL
+    }
+    assert nuc.norm == "nuc" and nuc.duals is None and not nuc.certified
