@@ -37,7 +37,7 @@ from .attention import logits_of
 from .errors import AttnSVMError, InvalidInstanceError, NumericalError
 from .grad import normalized_risk_grad_of, risk_grad_of, risk_of
 from .instance import Instance, as_real_array
-from .losses import Loss, LossLike, get_loss
+from .losses import Loss, LossLike, _logistic_derivative, get_loss
 
 __all__ = [
     "GDRecord",
@@ -631,10 +631,12 @@ def _batch_matrices(arg: ArrayLike | None, B: int, d: int, name: str) -> FloatAr
 class _TorchBatch:
     """Stacked data on a device and the batched closed-form direction (no autograd).
 
-    Layout is token-major and batch-last: ``Xt[t, k, i, b] = X_b[i, t, k]`` (shape
-    ``(T, d, n, B)``), per-token arrays ``(T, n, B)``. Reductions over tokens are then
-    elementwise operations on contiguous ``(n, B)`` slabs, and the two contractions with ``X``
-    (logits and gradient) stream it once each, without temporaries of its size.
+    Layout is token-major and feature-major: ``Xt[t, k, b, i] = X_b[i, t, k]`` (shape
+    ``(T, d, B, n)``), per-token arrays ``(T, B, n)``. Reductions over tokens are then
+    elementwise operations on contiguous ``(B, n)`` slabs, the two contractions with ``X``
+    (logits and gradient) stream it once each, without temporaries of its size, and
+    ``y_b = (Σ_t w_it x_it)_i`` is a ``(d, n)`` matrix with unit inner stride that the final
+    batched product reads in place (no layout copy).
 
     Everything that does not depend on ``W`` is computed once here: the token values
     ``a_it = x_itᵀ v_i``, the scores ``γ_it = Y_i a_it`` and, per instance, the bound
@@ -656,6 +658,9 @@ class _TorchBatch:
     #: costs half a step.
     LOG_FRACTION = 0.5
     LOG_RETRY = 16
+    #: The fast path's gradient norm is taken unscaled when every accepted ``||G_b||`` lies in
+    #: ``[1/NORM_SAFE, NORM_SAFE]`` (no overflow of ``Σ G²``, underflow below 1e-26 relative).
+    NORM_SAFE = 1e140
 
     def __init__(
         self,
@@ -674,35 +679,43 @@ class _TorchBatch:
         Xd = torch.as_tensor(X, **kw)
         B, n, T, d = Xd.shape
         self.B, self.n, self.T, self.d = B, n, T, d
-        self.Xt = Xd.permute(2, 3, 1, 0).contiguous()  # (T, d, n, B)
+        self.Xt = Xd.permute(2, 3, 0, 1).contiguous()  # (T, d, B, n)
         self.zB = torch.as_tensor(z, **kw).contiguous()  # (B, n, d)
         self.zT = self.zB.transpose(1, 2).contiguous()  # (B, d, n)
-        self.Y = torch.as_tensor(Y, **kw).T.contiguous()  # (n, B)
+        self.Y = torch.as_tensor(Y, **kw).contiguous()  # (B, n)
         vt = torch.as_tensor(v, **kw).T.contiguous()  # (d, B)
-        self.a = torch.einsum("tknb,kb->tnb", self.Xt, vt).contiguous()  # token values a_it
+        self.a = torch.einsum("tkbi,kb->tbi", self.Xt, vt).contiguous()  # token values a_it
         self.gamma = (self.a * self.Y).contiguous()  # token scores γ_it = Y_i a_it, constant
         # Δ_b = 2 max|γ| bounds |δ_it| = |γ_it − γ_ir| (fast-path underflow test); ≥ tiny so 0·Δ = 0.
-        self.delta_bound = (2 * self.gamma.abs().amax(dim=0).amax(dim=0)).clamp_min(_TINY)
+        self.delta_bound = (2 * self.gamma.abs().amax(dim=0).amax(dim=-1)).clamp_min(_TINY)
         self.lo = lo
         self.log_n = math.log(n)
         self._log_fn = lo.log_neg_derivative_fn if isinstance(lo, Loss) else None
-        self._l = torch.empty((T, n, B), **kw)
-        self._E = torch.empty((T, n, B), **kw)
-        self._F = torch.empty((T, n, B), **kw)
-        self._w = torch.empty((T, n, B), **kw)
-        self._y = torch.empty((d, n, B), **kw)
+        self._l = torch.empty((T, B, n), **kw)
+        self._E = torch.empty((T, B, n), **kw)
+        self._F = torch.empty((T, B, n), **kw)
+        self._w = torch.empty((T, B, n), **kw)
+        self._y = torch.empty((d, B, n), **kw)
+        self._P = torch.empty((T, B, n), **kw)  # products reduced over tokens
+        self._qB = torch.empty((B, d, n), **kw)  # W z_i, bmm layout
+        self._q = torch.empty((d, B, n), **kw)  # W z_i, X's layout
+        # The full-batch gradient (and the returned direction): a reused buffer, valid until the next
+        # call; fresh (B, d, d) tensors each step cost page faults comparable to a pass over X.
+        self._G = torch.empty((B, d, d), **kw)
         self.fast = bool(fast)
         # κ: a weight below κ·Δ_b·max|α| could come from a subnormal factor (E_it or ψ_i); the
         # fast path is accepted only when the largest weight is far above that (≥ 1e18 × it).
         self._kappa = 1e18 * T * _TINY
+        self._kappa_delta = self.delta_bound * self._kappa
+        self._logistic = isinstance(lo, Loss) and lo.derivative_fn is _logistic_derivative
         self._log_streak = 0
         #: calls of :meth:`direction` by path: "fast" (whole batch), "log" (whole batch),
         #: "mixed" (fast path with a log-domain subset).
         self.stats = {"fast": 0, "log": 0, "mixed": 0}
 
     def logits(self, W: Any) -> Any:
-        """Logits ``l_it = x_itᵀ (W z_i)``, shape ``(T, n, B)`` (a reused buffer)."""
-        q = self.torch.bmm(W, self.zT).permute(1, 2, 0).contiguous()  # (d, n, B): q_i = W z_i
+        """Logits ``l_it = x_itᵀ (W z_i)``, shape ``(T, B, n)`` (a reused buffer)."""
+        q = self._q.copy_(self.torch.bmm(W, self.zT, out=self._qB).transpose(0, 1))  # (d, B, n): q_i = W z_i
         l, Xt = self._l, self.Xt
         self.torch.mul(Xt[:, 0], q[0], out=l)
         for k in range(1, self.d):
@@ -710,7 +723,7 @@ class _TorchBatch:
         return l
 
     def log_s(self, W: Any) -> tuple[Any, Any]:
-        """Logits and ``log s`` (log-sum-exp), shapes ``(T, n, B)``."""
+        """Logits and ``log s`` (log-sum-exp), shapes ``(T, B, n)``."""
         logits = self.logits(W).clone()
         return logits, self.torch.log_softmax(logits, dim=0)
 
@@ -724,14 +737,25 @@ class _TorchBatch:
         return torch.sign(d), torch.log(torch.abs(d))
 
     def _gradient_sum(self, w: Any, Xt: Any, zB: Any, y: Any | None = None) -> Any:
-        """``Σ_i (Σ_t w_it x_it) z_iᵀ``, shape ``(B, d, d)``: one stream of ``X`` and one bmm."""
+        """``Σ_i (Σ_t w_it x_it) z_iᵀ``, shape ``(B, d, d)``: one stream of ``X`` and one bmm.
+
+        With ``y`` given (the whole batch) the result is written to the reused buffer ``_G``.
+        """
         torch = self.torch
+        out = None
         if y is None:
             y = torch.empty(Xt.shape[1:], dtype=Xt.dtype, device=Xt.device)
+        else:
+            out = self._G
         torch.mul(Xt[0], w[0], out=y)
         for t in range(1, self.T):
-            y.addcmul_(Xt[t], w[t])  # y_i = Σ_t w_it x_it, shape (d, n, B)
-        return torch.bmm(y.permute(2, 0, 1).contiguous(), zB)  # (B, d, d): Σ_i y_i z_iᵀ
+            y.addcmul_(Xt[t], w[t])  # y_i = Σ_t w_it x_it, shape (d, B, n)
+        return torch.bmm(y.transpose(0, 1), zB, out=out)  # (B, d, d): Σ_i y_i z_iᵀ (strided view, no copy)
+
+    @staticmethod
+    def _abs_max(w: Any) -> Any:
+        """``max_{t,i} |w_it|`` per instance, shape ``(B,)`` (NaN propagates)."""
+        return w.amax(dim=0).amax(dim=-1).maximum(w.amin(dim=0).amin(dim=-1).neg_())
 
     def _direction_fast(self, l: Any) -> tuple[Any, Any, Any]:
         """Linear-domain direction; returns ``(D, log_norm, ok)`` with ``ok`` (B,) saying where it is exact.
@@ -747,30 +771,55 @@ class _TorchBatch:
         contribute, or is not finite (the log-domain path then takes over).
         """
         torch = self.torch
-        B, T, n = l.shape[-1], self.T, self.n
-        lmax = l.amax(dim=0)  # (n, B)
+        B = l.shape[1]
+        lmax = l.amax(dim=0)  # (B, n)
         E = torch.sub(l, lmax, out=self._E).exp_()  # ≤ 1; exactly 1 at the maximisers
         S = E.sum(dim=0)  # ≥ 1
         F = torch.floor(E, out=self._F)  # indicator of the maximisers (E ∈ (0, 1], = 1 only there)
-        c = torch.linalg.vecdot(F, self.gamma, dim=0).div_(F.sum(dim=0))  # score of the selected token
+        n_max = F.sum(dim=0)  # number of maximisers (1 unless tied)
+        c = torch.mul(F, self.gamma, out=self._P).sum(dim=0).div_(n_max)  # score of the selected token
         delta = torch.sub(self.gamma, c, out=self._F)  # δ_it = γ_it − c_i (reuses F's buffer)
-        psi_s = torch.linalg.vecdot(E, delta, dim=0).div_(S)  # ψ_i/S_i = Σ_t s_it δ_it
+        psi_s = torch.mul(E, delta, out=self._P).sum(dim=0).div_(S)  # ψ_i/S_i = Σ_t s_it δ_it
         # Cancellation-free margin: Y_i f_i = c_i + Σ_t s_it δ_it.
-        dl = self.lo.derivative(c + psi_s)
+        u = c.add_(psi_s)
+        if self._logistic:
+            # ℓ'(u) = −σ(−u) in one kernel (σ(x) = 1/(1 + e^{−x}), a few ulps; 0 where e^{−x} overflows,
+            # i.e. |ℓ'| < 1e-307: the weights are then below FAST_MIN_WEIGHT and the log path takes over)
+            dl = torch.sigmoid(u.neg_()).neg_()
+        else:
+            dl = self.lo.derivative(u)
         alpha = dl / S
         # w = E·(α δ − α ψ/S): the selected token's weight is −α ψ/S (δ = 0 there), no cancellation.
-        w = torch.addcmul(-(alpha * psi_s), delta, alpha, out=self._w).mul_(E)
-        wv = w.view(T * n, B)
-        wmax = torch.maximum(wv.amax(dim=0), wv.amin(dim=0).neg_())  # max |w| per instance (NaN propagates)
-        amax_alpha = alpha.abs().amax(dim=0)
-        ok = (
-            torch.isfinite(wmax)
-            & (wmax >= self.FAST_MIN_WEIGHT)
-            & (wmax >= self._kappa * self.delta_bound * amax_alpha)
-        )
+        a_psi = alpha * psi_s
+        w = torch.addcmul(-a_psi, delta, alpha, out=self._w).mul_(E)
+        # ok ⇔ wmax = max|w| finite, ≥ FAST_MIN_WEIGHT and ≥ κ Δ max|α| (NaN fails every comparison)
+        amax_alpha = alpha.abs().amax(dim=-1)
+        thr = torch.mul(amax_alpha, self._kappa_delta).clamp_min_(self.FAST_MIN_WEIGHT)
+        # Shortcut (two passes saved): without ties the selected token's weight is exactly −fl(α ψ/S)
+        # (E = 1, δ = 0 there), so wmax ≥ |α ψ/S|; and |w| ≤ 2 |α| Δ is finite when |α| Δ ≤ 1e300.
+        # If that lower bound passes for every instance, ok is all true, as the exact test would say.
+        lower = a_psi.abs_().amax(dim=-1)
+        sure = (lower >= thr) & (amax_alpha.mul_(self.delta_bound) <= 1e300) & (n_max.amax(dim=-1) == 1)
+        wmax = None
+        if bool(sure.all()):
+            ok = sure
+        else:
+            wmax = self._abs_max(w)
+            ok = (wmax >= thr) & (wmax < math.inf)
         G = self._gradient_sum(w, self.Xt, self.zB, self._y)
+        nrm = torch.linalg.matrix_norm(G)
+        # Σ G² is exact to rounding when ||G|| is in [NORM_SAFE⁻¹, NORM_SAFE] (squares ≤ 1e280 cannot
+        # overflow; the squares that underflow are < 1e-308 each, < 1e-26 relative to ||G||² ≥ 1e-280):
+        # the common case, one pass over G. Otherwise the scaled norm below (instances not ``ok`` are
+        # recomputed by the log-domain path and do not count).
+        in_range = (nrm >= 1.0 / self.NORM_SAFE) & (nrm <= self.NORM_SAFE)
+        if bool((in_range | ~ok).all()):
+            D = G.mul_(nrm.reciprocal().view(B, 1, 1))
+            return D, torch.log(nrm) - self.log_n, ok
         # Scale G by 2^−e (exact) with wmax = m·2^e before the norm: Σ G² would underflow for
         # weights below ~1e-154 (and overflow above ~1e154); the scaled G is O(1).
+        if wmax is None:
+            wmax = self._abs_max(w)
         e = torch.frexp(torch.where(ok, wmax, torch.ones_like(wmax))).exponent
         G.mul_(torch.ldexp(torch.ones_like(wmax), -e).view(B, 1, 1))
         nrm = torch.linalg.matrix_norm(G)
@@ -778,7 +827,7 @@ class _TorchBatch:
         return D, torch.log(nrm) + e.to(nrm.dtype) * math.log(2.0) - self.log_n, ok
 
     def _direction_log(self, l: Any, Xt: Any, gamma: Any, zB: Any, y: Any | None = None) -> tuple[Any, Any]:
-        """Log-domain direction of the instances in ``l`` (``(T, n, k)``), exact under underflow.
+        """Log-domain direction of the instances in ``l`` (``(T, k, n)``), exact under underflow.
 
         Organised around the selected token ``r_i = argmax_t l_it`` and the runner-up logit
         ``l2_i`` so that it costs ``O(T)`` per sequence instead of ``O(T²)``. With scores
@@ -794,16 +843,16 @@ class _TorchBatch:
         factored out before anything is exponentiated.
         """
         torch = self.torch
-        B = l.shape[-1]
+        B = l.shape[1]
         lr, r = torch.max(l, dim=0)  # selected token r (a first maximiser) and its logit
-        r0 = r.unsqueeze(0)  # (1, n, B): index of the selected token, for scatter/gather
+        r0 = r.unsqueeze(0)  # (1, B, n): index of the selected token, for scatter/gather
         # (scatter at r instead of masks and torch.where over (T, n, B): same values, fewer passes)
         lm = l.scatter(0, r0, -math.inf)
         l2 = lm.amax(dim=0)  # runner-up logit
         Z = lm.sub_(l2)  # l_iu − l2_i ≤ 0 for u ≠ r; −inf at r
         E = torch.exp(Z)  # ≤ 1, the runner-up is 1: the weights that matter do not underflow
         g = gamma
-        g_r = g.gather(0, r0)  # (1, n, B): score of the selected token
+        g_r = g.gather(0, r0)  # (1, B, n): score of the selected token
         delta = g - g_r
         S = E.sum(dim=0)  # ≥ 1
         psi = (E * delta).sum(dim=0)
@@ -816,9 +865,9 @@ class _TorchBatch:
         sign_l, log_l = self._signed_log_dl(u)
         # L_it = log|ℓ'_i| + log s_it, log s_it = Z_it + m_i (t ≠ r) and log s_ir + m_i = −lse_i + m_i.
         L = Z.add_(m + log_l).scatter_(0, r0, (m + log_l - lse).unsqueeze(0))
-        top = L.amax(dim=0).amax(dim=0)  # (B,)
+        top = L.amax(dim=0).amax(dim=-1)  # (B,)
         top_safe = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        Fw = torch.exp(L.sub_(top_safe))
+        Fw = torch.exp(L.sub_(top_safe.unsqueeze(-1)))
         # −c: e^{m} ψ − δ_it for t ≠ r (δ dominates at saturation: no cancellation), ψ for t = r;
         # the minus sign is sign(ℓ') = −1 of a decreasing loss.
         wsc = Fw.mul_(torch.sub(em * psi, delta, out=delta).scatter_(0, r0, psi.unsqueeze(0)))
@@ -837,7 +886,8 @@ class _TorchBatch:
         that matters left the normal range: ``||W||`` large, the gradient near or below
         underflow) are recomputed by the log-domain path (:meth:`_direction_log`), exact at any
         ``||W||``. Both agree to a few ulps wherever the fast path is accepted, so the switch,
-        made per step and per instance, does not show in the iterates.
+        made per step and per instance, does not show in the iterates. The returned direction is
+        a buffer of this engine, overwritten by the next call: use it (or copy it) before then.
         """
         torch = self.torch
         B = self.B
@@ -861,9 +911,9 @@ class _TorchBatch:
         self.stats["mixed"] += 1
         idx = torch.nonzero(~ok).squeeze(1)
         D_s, ln_s = self._direction_log(
-            l.index_select(2, idx),
-            self.Xt.index_select(3, idx),
-            self.gamma.index_select(2, idx),
+            l.index_select(1, idx),
+            self.Xt.index_select(2, idx),
+            self.gamma.index_select(1, idx),
             self.zB.index_select(0, idx),
         )
         D[idx] = D_s
@@ -873,7 +923,7 @@ class _TorchBatch:
     def risk(self, W: Any) -> Any:
         _, log_s = self.log_s(W)
         f = (self.torch.exp(log_s) * self.a).sum(dim=0)
-        return self.lo.value(self.Y * f).mean(dim=0)
+        return self.lo.value(self.Y * f).mean(dim=-1)
 
 
 def run_gd_batch(
@@ -969,7 +1019,7 @@ def run_gd_batch(
             if not bool(torch.isfinite(risk).all()):
                 raise NumericalError(f"the risk is not finite at step {t}; check the loss")
             rec["risks"].append(risk.cpu().numpy())
-            rec["tokens"].append(logits.argmax(dim=0).T.cpu().numpy().astype(np.intp))
+            rec["tokens"].append(logits.argmax(dim=0).cpu().numpy().astype(np.intp))
             rec["lg"].append(log_norm.cpu().numpy() / math.log(10.0))
             if ref is not None:
                 nz = [bool(np.any(Wn[b] != 0)) for b in range(B)]

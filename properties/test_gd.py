@@ -28,7 +28,7 @@ first step of the *final* token segment (``s0``), and require ``s0 ≤ SETTLE_BY
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import example, given, note, settings
+from hypothesis import event, example, given, note, settings
 
 import attnsvm as A
 from attnsvm import strategies as S
@@ -46,6 +46,19 @@ GAP_FINAL = 1e-2
 #: After settling the gap must shrink between records; allow it to grow by rounding only
 #: (``corr`` is a ratio of d²-long dot products: relative error ~ d²·EPS ≪ 1e-12).
 MONOTONE_SLACK = 1e-12
+#: A regularization-path point counts as stationary when its KKT residual ``||∇L/||∇L|| + W/R||``
+#: (a distance between unit-scale directions) is at most this.
+PATH_KKT_OK = 0.1
+
+#: The dev profile's unconverged-path instance (exact float64 values).
+PATH_SLOW = dict(
+    X=[
+        [[1.35731007, 1.27350366], [-0.82885897, 0.79571898], [1.55870721, -0.55823163]],
+        [[-0.81456724, -1.00454438], [-2.04603078, -0.85137168], [0.58707733, 0.10769225]],
+    ],
+    Y=[1.0, 1.0],
+    v=[-0.90648223, -0.50614519],
+)
 
 #: The ci run's slow instance (module docstring), exact float64 values.
 GD_SLOW = dict(
@@ -169,10 +182,19 @@ def test_global_condition_selects_optimal_tokens(inst: Instance) -> None:
 def test_regularization_path_approaches_svm_direction(inst: Instance) -> None:
     """The path ``W_R`` (stationary points of ``min_{||W|| ≤ R} L``) turns towards ``W_mm(α_R)``
     for the tokens it selects at the largest radius; where GD selects the same tokens, both end
-    in the same direction. Measured on this family: ``1 − corr`` at R = 64 ≤ 2e-3; bound 10×."""
+    in the same direction. Condition: the claim is about *stationary* points, so it is asserted
+    when the largest radius's point has KKT residual ≤ ``PATH_KKT_OK`` (found by the dev profile:
+    with 500 steps per radius a 2×3×2 instance stopped at residual 0.24 with gap 0.022; at 4000
+    steps the same point is stationary with gap 2.5e-4, pinned below). Measured on this family at
+    stationary points: ``1 − corr`` at R = 64 ≤ 2e-3; bound 10×."""
     radii = [4.0, 16.0, 64.0]
-    path = regularization_path(inst, radii, max_steps=500)
-    alpha_R = path.points[-1].tokens
+    path = regularization_path(inst, radii, max_steps=2000)
+    last = path.points[-1]
+    note(f"path KKT residuals {[p.kkt_residual for p in path.points]}")
+    if not last.kkt_residual <= PATH_KKT_OK:
+        event("path point at R = 64 not stationary: claim not applicable")
+        return
+    alpha_R = last.tokens
     W_mm = solve_svm(inst, alpha_R).W
     gaps = [1 - direction_corr(p.W, W_mm) for p in path.points]
     note(f"path gaps {gaps}")
@@ -180,7 +202,17 @@ def test_regularization_path_approaches_svm_direction(inst: Instance) -> None:
     assert gaps[-1] <= gaps[0] + MONOTONE_SLACK
     tr = _run(inst)
     if np.array_equal(tr.final_tokens, alpha_R):
-        assert 1 - direction_corr(tr.W, path.points[-1].W) <= 2e-2 + GAP_FINAL
+        assert 1 - direction_corr(tr.W, last.W) <= 2e-2 + GAP_FINAL
+
+
+def test_regularization_path_found_unconverged_at_500_steps() -> None:
+    """The dev-profile instance: with 4000 steps per radius the R = 64 point is stationary
+    (residual 0.037) and its gap is 2.5e-4; with 500 it was not (residual 0.24, gap 0.022)."""
+    inst = A.Instance(**PATH_SLOW)  # type: ignore[arg-type]
+    path = regularization_path(inst, [4.0, 16.0, 64.0], max_steps=4000)
+    last = path.points[-1]
+    assert last.kkt_residual <= PATH_KKT_OK
+    assert 1 - direction_corr(last.W, solve_svm(inst, last.tokens).W) <= 2e-2
 
 
 def test_finding_gd_leaves_a_locally_optimal_direction_it_tracked() -> None:
