@@ -26,7 +26,7 @@ Oymak, arXiv 2306.13596 (max-margin token selection).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .attention import logits_of
 from .errors import AttnSVMError, InvalidInstanceError, NumericalError
-from .grad import normalized_risk_grad_of, risk_grad_of, risk_of
+from .grad import GradDirection, normalized_risk_grad_of, risk_grad_of, risk_of
 from .instance import Instance, as_real_array
 from .losses import Loss, LossLike, _logistic_derivative, get_loss
 
@@ -55,6 +55,8 @@ __all__ = [
     "direction_gap",
     "fit_rate",
     "default_record_steps",
+    "projected_path",
+    "PathStep",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -1113,6 +1115,81 @@ def _project(W: FloatArray, R: float) -> FloatArray:
     return W * (R / nrm) if nrm > R else W
 
 
+class PathStep(NamedTuple):
+    """One radius of :func:`projected_path`: the point, its risk, KKT residual (``inf`` inside the
+    ball), its normalized gradient direction and the projected steps taken."""
+
+    radius: float
+    x: FloatArray
+    risk: float
+    residual: float
+    grad: GradDirection
+    iterations: int
+
+
+def projected_path(
+    x0: FloatArray,
+    radii: FloatArray,
+    risk: Callable[[FloatArray], float],
+    direction: Callable[[FloatArray], GradDirection],
+    max_steps: int,
+    lr: float,
+    tol: float,
+) -> list[PathStep]:
+    """Warm-started projected normalized GD ``x ← Π_R(x − η ∇L/||∇L||)`` over increasing radii.
+
+    The shared engine of :func:`regularization_path` (``x = W``) and of the prompt-attention path
+    (``x = p``). Each radius starts from the previous point rescaled onto the new sphere, with
+    ``η = lr · R``; a step is kept when it lowers the risk (and does not multiply the KKT residual
+    ``||∇L/||∇L|| + x/R||`` by more than 10; a step into the ball, where that residual is not
+    defined, is judged on the risk alone) or, once the risk change is below float64 resolution
+    (at large ``R`` it is ~``e^{−R·margin}``), when it lowers the residual; then
+    ``η ← min(1.25η, lr·R)``, otherwise ``η ← η/2``. A radius stops at ``tol``, ``max_steps`` or
+    ``η < 1e-15·R``. (Keeping steps on the residual alone, with the first step of each radius
+    accepted unchecked from inside the ball, could jump basins between radii and stall at
+    residuals 1e-3..0.4.)
+    """
+
+    def residual(xc: FloatArray, R: float, dc: FloatArray) -> float:
+        nrm = float(np.linalg.norm(xc))
+        if nrm < R * (1 - 1e-12) or nrm == 0:
+            return math.inf  # interior, non-stationary (∇L ≠ 0): keep moving
+        return float(np.linalg.norm(dc + xc / nrm))
+
+    x = x0
+    out: list[PathStep] = []
+    for R in (float(r) for r in radii):
+        nrm0 = float(np.linalg.norm(x))
+        # Warm start *on the new sphere* (the previous point rescaled): the constrained minimiser
+        # lies on the sphere (∇L ≠ 0), and a start inside the ball has an infinite residual, so
+        # its first step would be accepted unchecked and could jump to another basin.
+        x = x * (R / nrm0) if nrm0 > 0 else x
+        gd = direction(x)
+        res = residual(x, R, gd.direction)
+        rsk = risk(x)
+        eta = lr * R
+        it = 0
+        while it < max_steps and res > tol and eta > 1e-15 * R:
+            it += 1
+            xn = _project(x - eta * gd.direction, R)
+            rk = risk(xn)
+            gn = direction(xn)
+            rn = residual(xn, R, gn.direction)
+            # Accept a descent step on the risk (unless it multiplies the residual by > 10); once
+            # the risk change is below float64 resolution (it is ~e^{−R·margin} at large R),
+            # accept a step that lowers the KKT residual. Inside the ball (residual ∞: from 0,
+            # or where the risk decreases inward, e.g. gaussian seed 1 at R = 8-16) only the risk
+            # decides.
+            flat = abs(rk - rsk) <= _FLAT_RTOL * abs(rsk)
+            if (rk < rsk and (rn < 10 * res or math.isinf(res) or math.isinf(rn))) or (flat and rn < res):
+                x, gd, res, rsk = xn, gn, rn, rk
+                eta = min(eta * 1.25, lr * R)
+            else:
+                eta *= 0.5
+        out.append(PathStep(R, np.array(x), rsk, res, gd, it))
+    return out
+
+
 def regularization_path(
     inst: Instance,
     radii: ArrayLike,
@@ -1125,17 +1202,9 @@ def regularization_path(
 ) -> RegularizationPath:
     """Approximate ``W_R = argmin_{||W||_F ≤ R} L(W)`` for increasing ``R`` (warm-started).
 
-    Projected normalized GD ``W ← Π_R(W − η ∇L/||∇L||)`` with an adaptive step. Each radius
-    starts from the previous radius's point rescaled onto the new sphere, with ``η = lr · R``;
-    a step is kept when it lowers the risk (and does not multiply the KKT residual
-    ``||∇L/||∇L|| + W/R||`` by more than 10; a step into the ball, where that residual is not
-    defined, is judged on the risk alone) or, once the risk change is below float64
-    resolution (at large ``R`` it is ~``e^{−R·margin}``), when it lowers the residual; then
-    ``η ← min(1.25η, lr·R)``, otherwise ``η ← η/2``. A radius stops at ``tol``, ``max_steps``
-    or ``η < 1e-15·R``. The direction is the log-domain one, so large ``R`` still works.
-    (An earlier version kept steps on the residual alone and accepted the first step of each
-    radius unchecked from inside the ball: it could jump basins between radii and stall at
-    residuals 1e-3..0.4.)
+    Projected normalized GD ``W ← Π_R(W − η ∇L/||∇L||)`` with an adaptive step, warm-started on
+    each new sphere (:func:`projected_path` gives the acceptance rule). The direction is the
+    log-domain one, so large ``R`` still works.
 
     The risk is not convex in ``W``: what this finds is a path of *stationary points* of the
     constrained problems (KKT residual reported per point), not certified global minimisers.
@@ -1175,56 +1244,32 @@ def regularization_path(
     ref = _check_reference(inst, reference)
     W = _initial_W(inst, W0)
     X, Y, z, v = inst.X, inst.Y, inst.z, inst.v
-
-    def residual(Wc: FloatArray, R: float, Dc: FloatArray) -> float:
-        nrm = float(np.linalg.norm(Wc))
-        if nrm < R * (1 - 1e-12) or nrm == 0:
-            return math.inf  # interior, non-stationary (∇L ≠ 0): keep moving
-        return float(np.linalg.norm(Dc + Wc / nrm))
-
+    steps = projected_path(
+        W,
+        R_all,
+        lambda Wc: risk_of(X, Y, z, v, Wc, lo),
+        lambda Wc: normalized_risk_grad_of(X, Y, z, v, Wc, lo),
+        max_steps,
+        lr,
+        tol,
+    )
     path = RegularizationPath()
-    for R in (float(r) for r in R_all):
-        nrm0 = float(np.linalg.norm(W))
-        # Warm start *on the new sphere* (the previous point rescaled): the constrained minimiser
-        # lies on the sphere (∇L ≠ 0), and a start inside the ball has an infinite residual, so
-        # its first step would be accepted unchecked and could jump to another basin.
-        W = W * (R / nrm0) if nrm0 > 0 else W
-        gd = normalized_risk_grad_of(X, Y, z, v, W, lo)
-        res = residual(W, R, gd.direction)
-        risk = risk_of(X, Y, z, v, W, lo)
-        eta = lr * R
-        it = 0
-        while it < max_steps and res > tol and eta > 1e-15 * R:
-            it += 1
-            Wn = _project(W - eta * gd.direction, R)
-            rk = risk_of(X, Y, z, v, Wn, lo)
-            gn = normalized_risk_grad_of(X, Y, z, v, Wn, lo)
-            rn = residual(Wn, R, gn.direction)
-            # Accept a descent step on the risk (unless it multiplies the residual by > 10); once
-            # the risk change is below float64 resolution (it is ~e^{−R·margin} at large R),
-            # accept a step that lowers the KKT residual. Inside the ball (residual ∞: from W = 0,
-            # or where the risk decreases inward, e.g. gaussian seed 1 at R = 8-16) only the risk
-            # decides.
-            flat = abs(rk - risk) <= _FLAT_RTOL * abs(risk)
-            if (rk < risk and (rn < 10 * res or math.isinf(res) or math.isinf(rn))) or (flat and rn < res):
-                W, gd, res, risk = Wn, gn, rn, rk
-                eta = min(eta * 1.25, lr * R)
-            else:
-                eta *= 0.5
+    for st in steps:
+        W = st.x
         nrm = float(np.linalg.norm(W))
-        on_sphere = nrm >= R * (1 - 1e-12)
+        on_sphere = nrm >= st.radius * (1 - 1e-12)
         path.points.append(
             PathPoint(
-                radius=R,
-                W=np.array(W),
+                radius=st.radius,
+                W=W,
                 norm=nrm,
-                risk=risk_of(X, Y, z, v, W, lo),
+                risk=st.risk,
                 tokens=np.argmax(logits_of(X, z, W), axis=1).astype(np.intp),
                 corr=direction_corr(W, ref) if ref is not None else math.nan,
                 gap=direction_gap(W, ref) if ref is not None else math.nan,
-                kkt_residual=res if on_sphere else math.nan,
-                log10_grad_norm=gd.log_norm / math.log(10.0),
-                iterations=it,
+                kkt_residual=st.residual if on_sphere else math.nan,
+                log10_grad_norm=st.grad.log_norm / math.log(10.0),
+                iterations=st.iterations,
             )
         )
     return path

@@ -44,7 +44,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .attention import log_softmax
 from .errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError
-from .gd import check_lr, check_steps, record_steps
+from .gd import check_lr, check_steps, projected_path, record_steps
 from .grad import GradDirection, normalized_risk_grad_of, risk_grad_of, risk_of
 from .instance import Instance, as_real_array
 from .losses import LossLike, get_loss
@@ -504,10 +504,9 @@ def prompt_regularization_path(
 ) -> list[PromptPathPoint]:
     """Regularization path ``p_R = argmin_{||p||₂ ≤ R} L(p)`` for increasing ``R`` (warm-started).
 
-    Projected normalized GD, warm-started from the previous point rescaled to the new sphere,
-    with an adaptive step (kept when the risk drops, or, once the risk is flat to float64
-    resolution, when the KKT residual drops; then ``η ← 1.25η``, otherwise ``η ← η/2``) until the
-    KKT residual ``||∇L/||∇L|| + p/R||`` is below ``tol``. The risk is not convex in ``p``, so the
+    Projected normalized GD with the same warm start and acceptance rule as the ``W`` path
+    (:func:`attnsvm.gd.projected_path`), until the KKT residual ``||∇L/||∇L|| + p/R||`` is below
+    ``tol``. The risk is not convex in ``p``, so the
     points are stationary points of the constrained problems (residual reported), not certified
     minimisers. Tarzanagh et al. show ``p_R/R → p_mm/||p_mm||`` for the optimal tokens.
 
@@ -537,52 +536,26 @@ def prompt_regularization_path(
     Wa = inst.check_weights(W)
     ref = None if reference is None else check_prompt(inst, reference, "reference")
     keys, Y, a = keys_of(inst.X, Wa), inst.Y, inst.values()
-
-    def residual(pc: FloatArray, R: float, g: FloatArray) -> float:
-        nrm = float(np.linalg.norm(pc))
-        if nrm < R * (1 - 1e-12) or nrm == 0:
-            return math.inf
-        return float(np.linalg.norm(g + pc / nrm))
-
-    def project(pc: FloatArray, R: float) -> FloatArray:
-        nrm = float(np.linalg.norm(pc))
-        return pc * (R / nrm) if nrm > R else pc
-
-    p = np.zeros(inst.d)
+    steps = projected_path(
+        np.zeros(inst.d),
+        R_all,
+        lambda pc: prompt_risk_of(keys, Y, a, pc, lo),
+        lambda pc: normalized_prompt_grad_of(keys, Y, a, pc, lo),
+        max_steps,
+        lr,
+        tol,
+    )
     out: list[PromptPathPoint] = []
-    for R in (float(r) for r in R_all):
-        nrm0 = float(np.linalg.norm(p))
-        # Warm start *on the sphere*: the constrained minimiser lies on it (∇L ≠ 0), and a point
-        # inside would let the first (unchecked) step jump to another basin.
-        p = p * (R / nrm0) if nrm0 > 0 else p
-        g = normalized_prompt_grad_of(keys, Y, a, p, lo).direction
-        res = residual(p, R, g)
-        risk = prompt_risk_of(keys, Y, a, p, lo)
-        eta = lr * R
-        it = 0
-        while it < max_steps and res > tol and eta > 1e-15 * R:
-            it += 1
-            pn = project(p - eta * g, R)
-            rk = prompt_risk_of(keys, Y, a, pn, lo)
-            gn = normalized_prompt_grad_of(keys, Y, a, pn, lo).direction
-            rn = residual(pn, R, gn)
-            # Accept a descent step on the risk; once the risk's decrease is below float64
-            # resolution (it is ~e^{−R·margin} at large R), accept a step that lowers the residual.
-            flat = rk <= risk * (1 + 4 * np.finfo(np.float64).eps)
-            if rk < risk and rn < 10 * res or (flat and rn < res) or math.isinf(res):
-                p, g, res, risk = pn, gn, rn, rk
-                eta = min(eta * 1.25, lr * R)
-            else:
-                eta *= 0.5
-        on_sphere = float(np.linalg.norm(p)) >= R * (1 - 1e-12)
+    for st in steps:
+        on_sphere = float(np.linalg.norm(st.x)) >= st.radius * (1 - 1e-12)
         out.append(
             PromptPathPoint(
-                R,
-                np.array(p),
-                prompt_risk_of(keys, Y, a, p, lo),
-                np.argmax(keys @ p, axis=1).astype(np.intp),
-                _cos(p, ref) if ref is not None else math.nan,
-                res if on_sphere else math.nan,
+                st.radius,
+                st.x,
+                st.risk,
+                np.argmax(keys @ st.x, axis=1).astype(np.intp),
+                _cos(st.x, ref) if ref is not None else math.nan,
+                st.residual if on_sphere else math.nan,
             )
         )
     return out
