@@ -663,6 +663,7 @@ class _TorchBatch:
     #: The fast path's gradient norm is taken unscaled when every accepted ``||G_b||`` lies in
     #: ``[1/NORM_SAFE, NORM_SAFE]`` (no overflow of ``Σ G²``, underflow below 1e-26 relative).
     NORM_SAFE = 1e140
+    _LOG_NORM_SAFE = math.log(NORM_SAFE)
 
     def __init__(
         self,
@@ -704,12 +705,27 @@ class _TorchBatch:
         # The full-batch gradient (and the returned direction): a reused buffer, valid until the next
         # call; fresh (B, d, d) tensors each step cost page faults comparable to a pass over X.
         self._G = torch.empty((B, d, d), **kw)
+        # Per-feature / per-token slabs of the constant data and of the reused buffers, taken once:
+        # slicing them anew each step costs more dispatch time than the small reductions it feeds.
+        self._X_feat = [self.Xt[:, k] for k in range(d)]  # (T, B, n) each
+        self._X_tok = [self.Xt[t] for t in range(T)]  # (d, B, n) each
+        self._q_feat = [self._q[k] for k in range(d)]  # (B, n) each
+        self._w_tok = [self._w[t] for t in range(T)]  # (B, n) each
+        self._Bn = B * n
         self.fast = bool(fast)
         # κ: a weight below κ·Δ_b·max|α| could come from a subnormal factor (E_it or ψ_i); the
         # fast path is accepted only when the largest weight is far above that (≥ 1e18 × it).
         self._kappa = 1e18 * T * _TINY
         self._kappa_delta = self.delta_bound * self._kappa
         self._logistic = isinstance(lo, Loss) and lo.derivative_fn is _logistic_derivative
+        # Logistic loss: |ℓ'| = σ(−u) ≤ 1 and S ≥ 1, so |α| ≤ 1, and the fast path's acceptance
+        # threshold max(max|α| κ Δ_b, FAST_MIN_WEIGHT) is at most this constant, per instance
+        # (Δ_b ≤ 1e300 keeps |w| ≤ 2|α|Δ_b finite without a per-step test).
+        self._thr_bounded = (
+            self._kappa_delta.clamp_min(self.FAST_MIN_WEIGHT)
+            if self._logistic and bool((self.delta_bound <= 1e300).all())
+            else None
+        )
         self._log_streak = 0
         #: calls of :meth:`direction` by path: "fast" (whole batch), "log" (whole batch),
         #: "mixed" (fast path with a log-domain subset).
@@ -717,11 +733,11 @@ class _TorchBatch:
 
     def logits(self, W: Any) -> Any:
         """Logits ``l_it = x_itᵀ (W z_i)``, shape ``(T, B, n)`` (a reused buffer)."""
-        q = self._q.copy_(self.torch.bmm(W, self.zT, out=self._qB).transpose(0, 1))  # (d, B, n): q_i = W z_i
-        l, Xt = self._l, self.Xt
-        self.torch.mul(Xt[:, 0], q[0], out=l)
+        self._q.copy_(self.torch.bmm(W, self.zT, out=self._qB).transpose(0, 1))  # (d, B, n): q_i = W z_i
+        l, Xk, qk = self._l, self._X_feat, self._q_feat
+        self.torch.mul(Xk[0], qk[0], out=l)
         for k in range(1, self.d):
-            l.addcmul_(Xt[:, k], q[k])
+            l.addcmul_(Xk[k], qk[k])
         return l
 
     def log_s(self, W: Any) -> tuple[Any, Any]:
@@ -747,11 +763,13 @@ class _TorchBatch:
         out = None
         if y is None:
             y = torch.empty(Xt.shape[1:], dtype=Xt.dtype, device=Xt.device)
+            xs = [Xt[t] for t in range(self.T)]
         else:
-            out = self._G
-        torch.mul(Xt[0], w[0], out=y)
+            out, xs = self._G, self._X_tok  # the whole batch: Xt is self.Xt
+        ws = self._w_tok if w is self._w else [w[t] for t in range(self.T)]
+        torch.mul(xs[0], ws[0], out=y)
         for t in range(1, self.T):
-            y.addcmul_(Xt[t], w[t])  # y_i = Σ_t w_it x_it, shape (d, B, n)
+            y.addcmul_(xs[t], ws[t])  # y_i = Σ_t w_it x_it, shape (d, B, n)
         return torch.bmm(y.transpose(0, 1), zB, out=out)  # (B, d, d): Σ_i y_i z_iᵀ (strided view, no copy)
 
     @staticmethod
@@ -759,8 +777,10 @@ class _TorchBatch:
         """``max_{t,i} |w_it|`` per instance, shape ``(B,)`` (NaN propagates)."""
         return w.amax(dim=0).amax(dim=-1).maximum(w.amin(dim=0).amin(dim=-1).neg_())
 
-    def _direction_fast(self, l: Any) -> tuple[Any, Any, Any]:
-        """Linear-domain direction; returns ``(D, log_norm, ok)`` with ``ok`` (B,) saying where it is exact.
+    def _direction_fast(self, l: Any) -> tuple[Any, Any, Any, Any | None]:
+        """Linear-domain gradient; returns ``(G, inv, log_norm, ok)``, direction ``G·inv`` (``inv`` per instance).
+
+        ``ok`` (B,) says where the result is exact, ``None`` meaning everywhere.
 
         With ``E_it = e^{l_it − max_u l_iu}`` (``= 1`` at the selected token, exactly),
         ``S_i = Σ_t E_it``, a reference score ``c_i`` = the score of the selected token (the mean
@@ -778,8 +798,12 @@ class _TorchBatch:
         E = torch.sub(l, lmax, out=self._E).exp_()  # ≤ 1; exactly 1 at the maximisers
         S = E.sum(dim=0)  # ≥ 1
         F = torch.floor(E, out=self._F)  # indicator of the maximisers (E ∈ (0, 1], = 1 only there)
-        n_max = F.sum(dim=0)  # number of maximisers (1 unless tied)
-        c = torch.mul(F, self.gamma, out=self._P).sum(dim=0).div_(n_max)  # score of the selected token
+        c = torch.mul(F, self.gamma, out=self._P).sum(dim=0)  # Σ of the maximisers' scores
+        # Each sequence has ≥ 1 maximiser, so Σ F = B·n exactly iff no sequence has a tie (one
+        # reduction and one synchronisation instead of a per-sequence count in the common case).
+        tied = bool(F.sum() != self._Bn)
+        if tied:
+            c.div_(F.sum(dim=0))  # the mean over exactly tied maximisers
         delta = torch.sub(self.gamma, c, out=self._F)  # δ_it = γ_it − c_i (reuses F's buffer)
         psi_s = torch.mul(E, delta, out=self._P).sum(dim=0).div_(S)  # ψ_i/S_i = Σ_t s_it δ_it
         # Cancellation-free margin: Y_i f_i = c_i + Σ_t s_it δ_it.
@@ -790,43 +814,46 @@ class _TorchBatch:
             dl = torch.sigmoid(u.neg_()).neg_()
         else:
             dl = self.lo.derivative(u)
-        alpha = dl / S
+        alpha = dl.div_(S)
         # w = E·(α δ − α ψ/S): the selected token's weight is −α ψ/S (δ = 0 there), no cancellation.
         a_psi = alpha * psi_s
         w = torch.addcmul(-a_psi, delta, alpha, out=self._w).mul_(E)
-        # ok ⇔ wmax = max|w| finite, ≥ FAST_MIN_WEIGHT and ≥ κ Δ max|α| (NaN fails every comparison)
-        amax_alpha = alpha.abs().amax(dim=-1)
-        thr = torch.mul(amax_alpha, self._kappa_delta).clamp_min_(self.FAST_MIN_WEIGHT)
+        # ok ⇔ wmax = max|w| finite, ≥ FAST_MIN_WEIGHT and ≥ κ Δ max|α| (NaN fails every comparison).
         # Shortcut (two passes saved): without ties the selected token's weight is exactly −fl(α ψ/S)
         # (E = 1, δ = 0 there), so wmax ≥ |α ψ/S|; and |w| ≤ 2 |α| Δ is finite when |α| Δ ≤ 1e300.
         # If that lower bound passes for every instance, ok is all true, as the exact test would say.
         lower = a_psi.abs_().amax(dim=-1)
-        sure = (lower >= thr) & (amax_alpha.mul_(self.delta_bound) <= 1e300) & (n_max.amax(dim=-1) == 1)
+        if self._thr_bounded is not None:  # logistic: |α| ≤ 1, a constant threshold bounds the exact one
+            thr = self._thr_bounded
+            sure = lower >= thr
+        else:
+            amax_alpha = alpha.abs().amax(dim=-1)
+            thr = torch.mul(amax_alpha, self._kappa_delta).clamp_min_(self.FAST_MIN_WEIGHT)
+            sure = (lower >= thr) & (amax_alpha.mul_(self.delta_bound) <= 1e300)
         wmax = None
-        if bool(sure.all()):
-            ok = sure
+        if not tied and bool(sure.all()):
+            ok = None  # every instance certified
         else:
             wmax = self._abs_max(w)
             ok = (wmax >= thr) & (wmax < math.inf)
         G = self._gradient_sum(w, self.Xt, self.zB, self._y)
-        nrm = torch.linalg.matrix_norm(G)
+        nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
         # Σ G² is exact to rounding when ||G|| is in [NORM_SAFE⁻¹, NORM_SAFE] (squares ≤ 1e280 cannot
         # overflow; the squares that underflow are < 1e-308 each, < 1e-26 relative to ||G||² ≥ 1e-280):
         # the common case, one pass over G. Otherwise the scaled norm below (instances not ``ok`` are
-        # recomputed by the log-domain path and do not count).
-        in_range = (nrm >= 1.0 / self.NORM_SAFE) & (nrm <= self.NORM_SAFE)
-        if bool((in_range | ~ok).all()):
-            D = G.mul_(nrm.reciprocal().view(B, 1, 1))
-            return D, torch.log(nrm) - self.log_n, ok
+        # recomputed by the log-domain path and do not count). NaN fails the test.
+        log_nrm = torch.log(nrm)
+        in_range = log_nrm.abs() <= self._LOG_NORM_SAFE
+        if bool((in_range if ok is None else in_range | ~ok).all()):
+            return G, nrm.reciprocal_(), log_nrm.sub_(self.log_n), ok
         # Scale G by 2^−e (exact) with wmax = m·2^e before the norm: Σ G² would underflow for
         # weights below ~1e-154 (and overflow above ~1e154); the scaled G is O(1).
         if wmax is None:
             wmax = self._abs_max(w)
-        e = torch.frexp(torch.where(ok, wmax, torch.ones_like(wmax))).exponent
+        e = torch.frexp(wmax if ok is None else torch.where(ok, wmax, torch.ones_like(wmax))).exponent
         G.mul_(torch.ldexp(torch.ones_like(wmax), -e).view(B, 1, 1))
-        nrm = torch.linalg.matrix_norm(G)
-        D = G.mul_(nrm.reciprocal().view(B, 1, 1))
-        return D, torch.log(nrm) + e.to(nrm.dtype) * math.log(2.0) - self.log_n, ok
+        nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
+        return G, nrm.reciprocal(), torch.log(nrm) + e.to(nrm.dtype) * math.log(2.0) - self.log_n, ok
 
     def _direction_log(self, l: Any, Xt: Any, gamma: Any, zB: Any, y: Any | None = None) -> tuple[Any, Any]:
         """Log-domain direction of the instances in ``l`` (``(T, k, n)``), exact under underflow.
@@ -880,16 +907,15 @@ class _TorchBatch:
         D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (checked by the caller)
         return D, top + torch.log(nrm) - self.log_n
 
-    def direction(self, W: Any) -> tuple[Any, Any]:
-        """Unit direction of ``∇L(W_b)`` and ``log||∇L(W_b)||``, shapes ``(B, d, d)`` and ``(B,)``.
+    def _parts(self, W: Any) -> tuple[Any, Any, Any]:
+        """``(G, inv, log_norm)``: the direction of ``∇L(W_b)`` is ``G_b·inv_b`` (``G`` a reused buffer).
 
-        Same quantity as :func:`attnsvm.grad.normalized_risk_grad_of`. The linear-domain fast
-        path (:meth:`_direction_fast`) is tried first; the instances it cannot certify (a weight
-        that matters left the normal range: ``||W||`` large, the gradient near or below
-        underflow) are recomputed by the log-domain path (:meth:`_direction_log`), exact at any
-        ``||W||``. Both agree to a few ulps wherever the fast path is accepted, so the switch,
-        made per step and per instance, does not show in the iterates. The returned direction is
-        a buffer of this engine, overwritten by the next call: use it (or copy it) before then.
+        The linear-domain fast path (:meth:`_direction_fast`) is tried first; the instances it
+        cannot certify (a weight that matters left the normal range: ``||W||`` large, the
+        gradient near or below underflow) are recomputed by the log-domain path
+        (:meth:`_direction_log`, already normalized: ``inv = 1`` there), exact at any ``||W||``.
+        Both agree to a few ulps wherever the fast path is accepted, so the switch, made per step
+        and per instance, does not show in the iterates.
         """
         torch = self.torch
         B = self.B
@@ -900,16 +926,18 @@ class _TorchBatch:
             use_log = True  # most of the batch was saturated a moment ago (see LOG_FRACTION)
         if use_log:
             self.stats["log"] += 1
-            return self._direction_log(l, self.Xt, self.gamma, self.zB, self._y)
-        D, log_norm, ok = self._direction_fast(l)
-        n_bad = B - int(ok.sum())
-        if n_bad == 0:
+            D, log_norm = self._direction_log(l, self.Xt, self.gamma, self.zB, self._y)
+            return D, torch.ones_like(log_norm), log_norm
+        G, inv, log_norm, ok = self._direction_fast(l)
+        if ok is None or bool(ok.all()):
             self.stats["fast"] += 1
-            return D, log_norm
+            return G, inv, log_norm
+        n_bad = B - int(ok.sum())
         if n_bad > self.LOG_FRACTION * B:
             self._log_streak = self.LOG_RETRY - 1
             self.stats["log"] += 1
-            return self._direction_log(l, self.Xt, self.gamma, self.zB, self._y)
+            D, log_norm = self._direction_log(l, self.Xt, self.gamma, self.zB, self._y)
+            return D, torch.ones_like(log_norm), log_norm
         self.stats["mixed"] += 1
         idx = torch.nonzero(~ok).squeeze(1)
         D_s, ln_s = self._direction_log(
@@ -918,9 +946,41 @@ class _TorchBatch:
             self.gamma.index_select(1, idx),
             self.zB.index_select(0, idx),
         )
-        D[idx] = D_s
+        G[idx] = D_s
+        inv[idx] = 1.0
         log_norm[idx] = ln_s
-        return D, log_norm
+        return G, inv, log_norm
+
+    def direction(self, W: Any) -> tuple[Any, Any]:
+        """Unit direction of ``∇L(W_b)`` and ``log||∇L(W_b)||``, shapes ``(B, d, d)`` and ``(B,)``.
+
+        Same quantity as :func:`attnsvm.grad.normalized_risk_grad_of` (see :meth:`_parts` for
+        the two paths). The returned direction is a buffer of this engine, overwritten by the
+        next call: use it (or copy it) before then.
+        """
+        G, inv, log_norm = self._parts(W)
+        return G.mul_(inv.view(self.B, 1, 1)), log_norm
+
+    def gradient(self, W: Any) -> tuple[Any, Any, Any]:
+        """``(G, inv, log_norm)`` of :meth:`_parts`: the direction is ``G·inv``, ``log_norm = log||∇L(W)||``."""
+        return self._parts(W)
+
+    def update_(self, W: Any, parts: tuple[Any, Any, Any], lr: float, normalized: bool = True) -> Any:
+        """Apply one GD step in place to ``W`` from ``parts = gradient(W)``; returns ``W``.
+
+        Normalized: ``W ← W − η ∇L/||∇L||``; plain: ``W ← W − η ∇L`` (``∇L`` rebuilt from the
+        direction and ``e^{log||∇L||}``, 0 once it underflows). One fused in-place pass over
+        ``(B, d, d)``: the direction is never materialised and nothing of that size is allocated.
+        """
+        G, inv, log_norm = parts
+        scale = inv.mul_(-lr) if normalized else inv.mul_(self.torch.exp(log_norm).mul_(-lr))
+        return W.addcmul_(G, scale.view(self.B, 1, 1))
+
+    def step_(self, W: Any, lr: float, normalized: bool = True) -> Any:
+        """One GD step of every instance, in place on ``W``; returns ``log||∇L(W_b)||`` before the step."""
+        parts = self._parts(W)
+        self.update_(W, parts, lr, normalized)
+        return parts[2]
 
     def risk(self, W: Any) -> Any:
         _, log_s = self.log_s(W)
@@ -989,8 +1049,9 @@ def run_gd_batch(
     log_tiny = math.log(_TINY)
     rec: dict[str, list[Any]] = {k: [] for k in ("steps", "norms", "risks", "tokens", "lg", "corrs", "gaps")}
 
-    def check(t: int, D: Any) -> None:
-        bad = ~torch.isfinite(D.reshape(B, -1)).all(dim=1)
+    def check(t: int, log_norm: Any) -> None:
+        # the direction G·inv is finite iff log||∇L|| is: a NaN/Inf gradient or a zero one shows there
+        bad = ~torch.isfinite(log_norm)
         if bool(bad.any()):
             i = int(torch.nonzero(bad)[0])
             raise NumericalError(
@@ -998,23 +1059,17 @@ def run_gd_batch(
                 "(stationary W or a custom loss that overflows); its normalized direction is undefined"
             )
 
-    D, log_norm = eng.direction(W)
+    W = W.clone()  # the iterate, updated in place (W0 stays untouched)
     for t in range(0, steps + 1):
-        if t > 0:
-            if normalized:
-                W = W - lr * D
-            else:
-                g_scale = torch.exp(log_norm)
-                newly = (log_norm < log_tiny) & (sat < 0)
-                sat = torch.where(newly, torch.full_like(sat, t), sat)
-                W = W - (lr * g_scale).view(B, 1, 1) * D
-            D, log_norm = eng.direction(W)
+        if t < steps or t in rec_set:
+            parts = eng.gradient(W)  # at W_t: direction G·inv, log||∇L(W_t)||
+            log_norm = parts[2]
         if t in rec_set:
-            check(t, D)
+            check(t, log_norm)
             if not bool(torch.isfinite(W).all()):
                 raise NumericalError(f"plain GD diverged by step {t}: W became non-finite; lower lr")
             logits, _ = eng.log_s(W)
-            Wn = W.cpu().numpy()
+            Wn = W.cpu().numpy().copy()
             rec["steps"].append(t)
             rec["norms"].append(np.linalg.norm(Wn.reshape(B, -1), axis=1))
             risk = eng.risk(W)
@@ -1031,6 +1086,11 @@ def run_gd_batch(
                 rec["gaps"].append(
                     np.array([direction_gap(Wn[b], ref[b]) if nz[b] else math.nan for b in range(B)])
                 )
+        if t < steps:
+            if not normalized:
+                newly = (log_norm < log_tiny) & (sat < 0)
+                sat = torch.where(newly, torch.full_like(sat, t + 1), sat)
+            eng.update_(W, parts, lr, normalized)  # W_{t+1}; recording (above) does not touch G
     return BatchTrajectory(
         W=W.cpu().numpy(),
         steps=np.array(rec["steps"], dtype=np.int64),

@@ -296,6 +296,40 @@ def test_batched_fast_path_equals_log_domain_path_and_switches_per_instance(loss
     assert slow.stats["fast"] == 0 and slow.stats["mixed"] == 0
 
 
+@pytest.mark.parametrize("loss", LOSSES)
+def test_batched_fast_path_handles_exactly_tied_maximisers(loss: str) -> None:
+    """Token 1 duplicates token 0 in every sequence of half the batch, so their logits tie
+    exactly at every W (and every token ties at W = 0): the fast path's reference score is then
+    the mean over the tied maximisers (detected for the whole batch in one reduction), and its
+    direction still equals the log-domain path's to RTOL_FAST_PATH, saturated or not."""
+    from attnsvm.gd import _stack_instances, _TorchBatch
+    from attnsvm.losses import get_loss
+
+    insts = []
+    for s in range(6):
+        inst = A.random_instance(4, 6, 8, seed=s)
+        if s % 2 == 0:
+            X = inst.X.copy()
+            X[:, 1] = X[:, 0]
+            inst = A.Instance(X=X, Y=inst.Y, z=inst.z, v=inst.v)
+        insts.append(inst)
+    X, Y, z, v = _stack_instances(insts)
+    fast = _TorchBatch(X, Y, z, v, get_loss(loss), torch.device("cpu"))
+    slow = _TorchBatch(X, Y, z, v, get_loss(loss), torch.device("cpu"), fast=False)
+    rng = np.random.default_rng(1)
+    # W = 0 (all tokens tied), then tokens 0/1 pushed to the top: the tied pair is selected
+    base = np.einsum("bid,bie->bde", X[:, :, 0], z) + 0.1 * rng.standard_normal((len(insts), 8, 8))
+    base /= np.linalg.norm(base, axis=(1, 2), keepdims=True)
+    for scale in (0.0, 1.0, 10.0, 100.0):
+        W = torch.as_tensor(scale * base)
+        fast._log_streak = 0
+        Df, lf = fast.direction(W)
+        Ds, ls = slow.direction(W)
+        assert float(torch.linalg.matrix_norm(Df - Ds).max()) <= RTOL_FAST_PATH
+        assert float(((lf - ls).abs() / ls.abs().clamp_min(1.0)).max()) <= RTOL_FAST_PATH
+    assert fast.stats["fast"] + fast.stats["mixed"] > 0
+
+
 def test_batched_mixed_saturation_equals_single_runs() -> None:
     """One batch, some instances from W0 = 0 (fast path) and some from ||W0|| = 400 (gradient
     ~1e-100s: log-domain path): each equals its single run."""
