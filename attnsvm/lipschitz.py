@@ -37,11 +37,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from numpy.typing import ArrayLike, NDArray
+
+if TYPE_CHECKING:  # torch is imported where it is used: `import attnsvm` stays light (~1 s less)
+    import torch
 
 from .attention import KINDS
 from .errors import AttnSVMError, NumericalError, unknown_name
@@ -400,6 +402,7 @@ def lipschitz_bound(
 # --------------------------------------------------------------------------- the estimate
 def _torch_head(kind: str, of: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Per-sequence map from logits ``l_i`` (shape ``(T,)``) and values ``a_i`` to ``s_i`` or ``f_i``, torch."""
+    import torch
 
     def head(l: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         if kind == "linear":
@@ -419,6 +422,8 @@ def _torch_head(kind: str, of: str) -> Callable[[torch.Tensor, torch.Tensor], to
 
 def _torch_full_map(inst: Instance, kind: str, of: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """``w ↦ s(W)`` (flattened) or ``f(W)`` in torch float64, ``W = w.reshape(d, d)``."""
+    import torch
+
     X = torch.as_tensor(np.array(inst.X), dtype=torch.float64)
     z = torch.as_tensor(np.array(inst.z), dtype=torch.float64)
     a = torch.as_tensor(np.array(inst.values()), dtype=torch.float64)
@@ -492,6 +497,8 @@ def lipschitz_estimate(
       NumericalError: the Jacobian is not finite at some point of the ball (radius too large for
         float64 logits).
     """
+    import torch
+
     _check_common(kind, of, wrt)
     R = _check_radius(radius)
     samples = _check_positive_int(samples, "samples", 0)
@@ -634,6 +641,8 @@ def jacobian_norm(inst: Instance, W: ArrayLike, kind: str = "softmax", of: str =
 
 
 def _full_jacobian_norm(inst: Instance, kind: str, of: str, w: FloatArray) -> float:
+    import torch
+
     J = torch.func.jacrev(_torch_full_map(inst, kind, of))(torch.tensor(np.array(w), dtype=torch.float64))
     J = J.detach()
     finite = bool(torch.isfinite(J).all())

@@ -147,3 +147,14 @@ def test_random_instance_bad_arguments():
         A.random_instance(0, 3, 4)
     with pytest.raises(InvalidInstanceError, match="d must be an integer"):
         A.random_instance(2, 3, 2.5)
+
+
+def test_import_does_not_load_torch():
+    """``import attnsvm`` (and the CLI's start-up) stays free of torch's ~1 s import: the torch
+    engines (batched GD, Lipschitz estimates, benchmarks) import it when first called."""
+    import subprocess
+    import sys
+
+    code = "import sys, attnsvm, attnsvm.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
