@@ -712,6 +712,7 @@ class _TorchBatch:
         self._q_feat = [self._q[k] for k in range(d)]  # (B, n) each
         self._w_tok = [self._w[t] for t in range(T)]  # (B, n) each
         self._Bn = B * n
+        self._neg_inf = torch.tensor(-math.inf, **kw)
         self.fast = bool(fast)
         # κ: a weight below κ·Δ_b·max|α| could come from a subnormal factor (E_it or ψ_i); the
         # fast path is accepted only when the largest weight is far above that (≥ 1e18 × it).
@@ -783,7 +784,7 @@ class _TorchBatch:
         ``ok`` (B,) says where the result is exact, ``None`` meaning everywhere.
 
         With ``E_it = e^{l_it − max_u l_iu}`` (``= 1`` at the selected token, exactly),
-        ``S_i = Σ_t E_it``, a reference score ``c_i`` = the score of the selected token (the mean
+        ``S_i = Σ_t E_it``, a reference score ``c_i`` = the score of a selected token (the largest
         over exactly tied maximisers), ``δ_it = γ_it − c_i`` and ``ψ_i = Σ_t E_it δ_it``:
         ``Y_i f_i = c_i + ψ_i/S_i`` and ``w_it = ℓ'_i s_it (γ_it − Y_i f_i) = E_it (α_i δ_it − α_i ψ_i/S_i)``
         with ``α_i = ℓ'_i/S_i``. The selected token's weight ``−α_i ψ_i/S_i`` is formed from
@@ -797,14 +798,17 @@ class _TorchBatch:
         lmax = l.amax(dim=0)  # (B, n)
         E = torch.sub(l, lmax, out=self._E).exp_()  # ≤ 1; exactly 1 at the maximisers
         S = E.sum(dim=0)  # ≥ 1
-        F = torch.floor(E, out=self._F)  # indicator of the maximisers (E ∈ (0, 1], = 1 only there)
-        c = torch.mul(F, self.gamma, out=self._P).sum(dim=0)  # Σ of the maximisers' scores
-        # Each sequence has ≥ 1 maximiser, so Σ F = B·n exactly iff no sequence has a tie (one
-        # reduction and one synchronisation instead of a per-sequence count in the common case).
-        tied = bool(F.sum() != self._Bn)
-        if tied:
-            c.div_(F.sum(dim=0))  # the mean over exactly tied maximisers
-        delta = torch.sub(self.gamma, c, out=self._F)  # δ_it = γ_it − c_i (reuses F's buffer)
+        # c_i = the exact score of one selected token, so that δ = 0 exactly at a token with E = 1.
+        # F = 1 exactly at the maximisers (E < 1 elsewhere; a logit within 1e-16 of the top also
+        # gives E = 1 and counts as tied, harmlessly). Without ties c = Σ_t F γ is that score; each
+        # sequence has ≥ 1 maximiser, so Σ F = B·n exactly iff no sequence has a tie (one reduction).
+        # With ties, the largest tied score. (Not their mean: fl(fl(3γ)/3) ≠ γ for ~14% of doubles,
+        # and ±1 ulp of δ swamps a saturated weight.)
+        F = torch.floor(E, out=self._F)
+        c = torch.mul(F, self.gamma, out=self._P).sum(dim=0)
+        if bool(F.sum() != self._Bn):
+            c = torch.where(F == 1.0, self.gamma, self._neg_inf, out=self._P).amax(dim=0)
+        delta = torch.sub(self.gamma, c, out=self._F)  # δ_it = γ_it − c_i
         psi_s = torch.mul(E, delta, out=self._P).sum(dim=0).div_(S)  # ψ_i/S_i = Σ_t s_it δ_it
         # Cancellation-free margin: Y_i f_i = c_i + Σ_t s_it δ_it.
         u = c.add_(psi_s)
@@ -814,14 +818,15 @@ class _TorchBatch:
             dl = torch.sigmoid(u.neg_()).neg_()
         else:
             dl = self.lo.derivative(u)
-        alpha = dl.div_(S)
+        alpha = dl.div_(S) if self._logistic else dl / S  # a custom ℓ' may return a read-only view
         # w = E·(α δ − α ψ/S): the selected token's weight is −α ψ/S (δ = 0 there), no cancellation.
         a_psi = alpha * psi_s
         w = torch.addcmul(-a_psi, delta, alpha, out=self._w).mul_(E)
-        # ok ⇔ wmax = max|w| finite, ≥ FAST_MIN_WEIGHT and ≥ κ Δ max|α| (NaN fails every comparison).
-        # Shortcut (two passes saved): without ties the selected token's weight is exactly −fl(α ψ/S)
-        # (E = 1, δ = 0 there), so wmax ≥ |α ψ/S|; and |w| ≤ 2 |α| Δ is finite when |α| Δ ≤ 1e300.
-        # If that lower bound passes for every instance, ok is all true, as the exact test would say.
+        # ok ⇔ wmax = max|w| finite, ≥ FAST_MIN_WEIGHT and ≥ κ Δ max|α| (NaN fails every comparison;
+        # for the logistic loss the threshold is the constant upper bound of that, see _thr_bounded).
+        # Shortcut (two passes saved): the token with E = 1 and δ = 0 has weight exactly −fl(α ψ/S),
+        # so wmax ≥ |α ψ/S|; and |w| ≤ 2 |α| Δ is finite when |α| Δ ≤ 1e300. If that lower bound
+        # passes for every instance, ok is all true, as the exact test would say.
         lower = a_psi.abs_().amax(dim=-1)
         if self._thr_bounded is not None:  # logistic: |α| ≤ 1, a constant threshold bounds the exact one
             thr = self._thr_bounded
@@ -831,7 +836,7 @@ class _TorchBatch:
             thr = torch.mul(amax_alpha, self._kappa_delta).clamp_min_(self.FAST_MIN_WEIGHT)
             sure = (lower >= thr) & (amax_alpha.mul_(self.delta_bound) <= 1e300)
         wmax = None
-        if not tied and bool(sure.all()):
+        if bool(sure.all()):
             ok = None  # every instance certified
         else:
             wmax = self._abs_max(w)
@@ -858,52 +863,76 @@ class _TorchBatch:
     def _direction_log(self, l: Any, Xt: Any, gamma: Any, zB: Any, y: Any | None = None) -> tuple[Any, Any]:
         """Log-domain direction of the instances in ``l`` (``(T, k, n)``), exact under underflow.
 
-        Organised around the selected token ``r_i = argmax_t l_it`` and the runner-up logit
-        ``l2_i`` so that it costs ``O(T)`` per sequence instead of ``O(T²)``. With scores
-        ``γ_it = Y_i a_it``, ``E_iu = e^{l_iu − l2_i}`` (``u ≠ r``), ``δ_it = γ_it − γ_ir``,
-        ``ψ_i = Σ_{u≠r} E_iu δ_iu`` and ``m_i = log s_i,runner-up``:
+        Organised around a selected token ``r_i = argmax_t l_it`` so that it costs ``O(T)`` per
+        sequence instead of ``O(T²)``. With scores ``γ_it = Y_i a_it``, ``δ_it = γ_it − γ_ir``, the
+        set ``Z_i = {t : δ_it = 0}`` of tokens scoring exactly like the selected one (``r`` and its
+        exact duplicates), the runner-up logit among the others ``l'_i = max_{u∉Z} l_iu``,
+        ``E_iu = e^{l_iu − l'_i}`` (``u ∉ Z``), ``ψ_i = Σ_{u∉Z} E_iu δ_iu`` and
+        ``m_i = l'_i − lse_i = log s_i at l'``:
 
-            Y_i (a_it − f_i) = Σ_u s_iu (γ_it − γ_iu) = δ_it − e^{m_i} ψ_i     (t ≠ r)
-            Y_i (a_ir − f_i) = −e^{m_i} ψ_i,          Y_i f_i = γ_ir + e^{m_i} ψ_i,
+            Y_i (a_it − f_i) = Σ_u s_iu (γ_it − γ_iu) = δ_it − e^{m_i} ψ_i     (t ∉ Z)
+            Y_i (a_it − f_i) = −e^{m_i} ψ_i   (t ∈ Z),      Y_i f_i = γ_ir + e^{m_i} ψ_i,
 
         and ``w_it = ℓ'_i Y_i s_it (a_it − f_i) = sign(ℓ'_i) · c_it · e^{L_it}`` with
-        ``L_it = log|ℓ'_i| + log s_it`` (``+ m_i`` for ``t = r``, where ``c = −ψ``): every tiny
+        ``L_it = log|ℓ'_i| + log s_it`` (``+ m_i`` for ``t ∈ Z``, where ``c = −ψ``): every tiny
         factor is kept as a logarithm, ``c`` is O(1), and the largest ``L`` of each instance is
-        factored out before anything is exponentiated.
+        factored out before anything is exponentiated. (Taking the runner-up among all ``u ≠ r``
+        would pick an exact duplicate of ``r``, whose ``δ = 0``, and lose every other weight to
+        underflow: a zero gradient where the true one is ~e^{−(l_r − l')}.) ``lse`` uses the
+        runner-up among all ``u ≠ r``. If every token scores alike, ``ψ = 0`` and the gradient is
+        exactly 0.
         """
         torch = self.torch
         B = l.shape[1]
         lr, r = torch.max(l, dim=0)  # selected token r (a first maximiser) and its logit
         r0 = r.unsqueeze(0)  # (1, B, n): index of the selected token, for scatter/gather
-        # (scatter at r instead of masks and torch.where over (T, n, B): same values, fewer passes)
-        lm = l.scatter(0, r0, -math.inf)
-        l2 = lm.amax(dim=0)  # runner-up logit
-        Z = lm.sub_(l2)  # l_iu − l2_i ≤ 0 for u ≠ r; −inf at r
-        E = torch.exp(Z)  # ≤ 1, the runner-up is 1: the weights that matter do not underflow
-        g = gamma
-        g_r = g.gather(0, r0)  # (1, B, n): score of the selected token
-        delta = g - g_r
-        S = E.sum(dim=0)  # ≥ 1
-        psi = (E * delta).sum(dim=0)
-        # Stable log-sum-exp around the top logit: log Σ_u e^{l_u − l_r} = log1p(e^{l2 − l_r} S).
-        lse = torch.log1p(torch.exp(l2 - lr) * S)
-        m = l2 - lr - lse  # log of the runner-up weight
+        g_r = gamma.gather(0, r0)  # (1, B, n): score of the selected token
+        delta = gamma - g_r  # exactly 0 on Z
+        in_z = delta == 0
+        # Z = {r} in every sequence (the usual case, one reduction to know): scatter at r instead of
+        # masks over (T, B, n), fewer passes; otherwise the masked form below.
+        single = bool(in_z.sum() == in_z[0].numel())
+        lm = l.scatter(0, r0, -math.inf)  # the logits of u ≠ r
+        if single:
+            l1 = lm.amax(dim=0)  # runner-up (outside Z = {r})
+            Z = lm.sub_(l1)  # l_u − l' ≤ 0, −inf at r
+            E = torch.exp(Z)  # the runner-up's is 1: the weights that matter do not underflow
+            lse = torch.log1p(torch.exp(l1 - lr) * E.sum(dim=0))  # lse_i − l_ir = log Σ_t e^{l_t − l_r}
+        else:
+            l2 = lm.amax(dim=0)  # runner-up among all u ≠ r, for lse (Σ ≥ 1: no underflow)
+            lse = torch.log1p(torch.exp(l2 - lr) * lm.sub_(l2).exp_().sum(dim=0))
+            lo = torch.where(in_z, -math.inf, l)  # the logits outside Z
+            l1 = lo.amax(dim=0)  # −inf when every token scores alike
+            Z = lo.sub_(torch.where(torch.isfinite(l1), l1, torch.zeros_like(l1)))  # −inf on Z
+            E = torch.exp(Z)
+        psi = (E * delta).sum(dim=0)  # Σ_{u∉Z} E_u δ_u
+        m = l1 - lr - lse  # log s at l' (−inf when every token scores alike: ψ = 0 then)
         em = torch.exp(m)
         # Cancellation-free margin: Y_i f_i = γ_ir + Σ_u s_iu δ_iu = γ_ir + e^{m_i} ψ_i.
         u = g_r.squeeze(0) + em * psi
         sign_l, log_l = self._signed_log_dl(u)
-        # L_it = log|ℓ'_i| + log s_it, log s_it = Z_it + m_i (t ≠ r) and log s_ir + m_i = −lse_i + m_i.
-        L = Z.add_(m + log_l).scatter_(0, r0, (m + log_l - lse).unsqueeze(0))
+        # L_it = log|ℓ'_i| + log s_it, with log s_it = (l_it − l'_i) + m_i off Z, and + m_i on Z.
+        L = Z.add_(m + log_l)
+        on_z = m + log_l - lse  # at r: log|ℓ'| + log s_r + m, log s_r = −lse
+        if single:
+            L.scatter_(0, r0, on_z.unsqueeze(0))
+        else:
+            L = torch.where(in_z, l - (lr - on_z).unsqueeze(0), L)  # log s_t = l_t − l_r − lse on Z
         top = L.amax(dim=0).amax(dim=-1)  # (B,)
         top_safe = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        Fw = torch.exp(L.sub_(top_safe.unsqueeze(-1)))
-        # −c: e^{m} ψ − δ_it for t ≠ r (δ dominates at saturation: no cancellation), ψ for t = r;
+        Fw = L.sub_(top_safe.view(1, B, 1)).exp_()
+        # −c: e^{m} ψ − δ_it off Z (δ dominates at saturation: no cancellation), ψ on Z;
         # the minus sign is sign(ℓ') = −1 of a decreasing loss.
-        wsc = Fw.mul_(torch.sub(em * psi, delta, out=delta).scatter_(0, r0, psi.unsqueeze(0)))
+        coef = torch.sub(em * psi, delta, out=delta)
+        if single:
+            coef.scatter_(0, r0, psi.unsqueeze(0))
+        else:
+            coef = torch.where(in_z, psi.unsqueeze(0), coef)
+        wsc = Fw.mul_(coef)
         if sign_l is not None:
             wsc.mul_(-sign_l)
         G = self._gradient_sum(wsc, Xt, zB, y)
-        nrm = torch.linalg.matrix_norm(G)
+        nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
         D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (checked by the caller)
         return D, top + torch.log(nrm) - self.log_n
 
@@ -1065,9 +1094,9 @@ def run_gd_batch(
             parts = eng.gradient(W)  # at W_t: direction G·inv, log||∇L(W_t)||
             log_norm = parts[2]
         if t in rec_set:
-            check(t, log_norm)
-            if not bool(torch.isfinite(W).all()):
+            if not bool(torch.isfinite(W).all()):  # first: a diverged W also makes the gradient non-finite
                 raise NumericalError(f"plain GD diverged by step {t}: W became non-finite; lower lr")
+            check(t, log_norm)
             logits, _ = eng.log_s(W)
             Wn = W.cpu().numpy().copy()
             rec["steps"].append(t)

@@ -175,7 +175,8 @@ class MinNormSolution:
       error_bound: ``cond(K_S)·eps``, first-order bound on the relative error of ``w``.
       certified: ``error_bound`` and every KKT residual are ``≤ CERTIFY_RTOL``.
       method: how the active set was found (``"active-set"`` from the hint, ``"nnls+active-set"``,
-        or ``"nnls"`` when the refinement failed and the NNLS point is returned uncertified).
+        ``"nnls"`` when the refinement failed and the NNLS point is returned uncertified, or
+        ``"trivial"`` when every right-hand side is 0 and ``w = 0``, ``λ = 0`` is the answer).
       iterations: active-set iterations used.
     """
 

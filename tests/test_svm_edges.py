@@ -1,0 +1,457 @@
+"""Edge cases of the Att-SVM solvers that the main suite does not reach.
+
+Input validation of :func:`min_norm_dual` (which argument is named), zero and trivial rows, the
+certification bookkeeping (``certified``/``error_bound``/KKT residuals), the documented rules of the
+active-set refinement, the Lawson–Hanson fallback, error messages of rarely reached failures (found
+by fault injection through ``monkeypatch``), and result fields of the nuclear-norm solver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+
+import numpy as np
+import pytest
+
+import attnsvm as A
+from attnsvm import svm as S
+from attnsvm.errors import InfeasibleSVMError, InvalidInstanceError, SolverError, UnknownNameError
+from attnsvm.svm import CERTIFY_RTOL, SUPPORT_RTOL, InfeasibleMinNormError, min_norm_dual, solve_svm
+
+#: Two certified solutions (each to CERTIFY_RTOL relative) of the same problem agree to 2·CERTIFY_RTOL.
+AGREE_RTOL = 2 * CERTIFY_RTOL
+
+#: Exact rational solutions of tiny hand-built problems: the SVD least-norm solve of a 2×2 system with
+#: O(1) entries is backward stable, so coordinates are exact to a few eps; 1e-14 is ~50 eps.
+EXACT_ATOL = 1e-14
+
+#: Lawson–Hanson NNLS (the fallback when the refinement refuses) on a well-conditioned problem
+#: (rows of a random 9×14 Gaussian matrix, seed 2: cond(K_S) ≈ 2.7): its error is ≲ cond·eps ≈ 1e-15;
+#: we measure 3e-16 relative (coords and multipliers). 1e-10 fails only when the fallback returns a
+#: wrong point.
+NNLS_RTOL = 1e-10
+
+#: A multiplier vector perturbed by DELTA_LAMBDA must show up in the stationarity residual as
+#: ||W − Σλ(1+δ)Δzᵀ||/||W|| = δ; the difference of two O(1) arrays that differ by δ carries absolute
+#: error ≲ d²·eps ≈ 1e-14 (d = 6), i.e. ≈ 1e-8 relative to δ = 1e-6 (measured: 1.1e-9). STAT_RTOL =
+#: 1e-6 leaves 100× over the estimate.
+DELTA_LAMBDA = 1e-6
+STAT_RTOL = 1e-6
+
+
+def _generic(seed: int, m: int = 9, k: int = 14) -> tuple[np.ndarray, np.ndarray]:
+    """Random rows (generic: nondegenerate support) and right-hand sides of mixed sign."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((m, k)), rng.standard_normal(m)
+
+
+# ===================================================================== min_norm_dual: input checks
+def test_min_norm_dual_error_messages_name_the_bad_argument():
+    with pytest.raises(InvalidInstanceError, match=r"^K must have 2 dimension\(s\); got shape \(2,\)"):
+        min_norm_dual(np.ones(2), np.ones(2))
+    with pytest.raises(InvalidInstanceError, match=r"^K must be finite"):
+        min_norm_dual(np.array([[1.0, np.inf], [np.inf, 1.0]]), np.ones(2))
+    with pytest.raises(InvalidInstanceError, match=r"^b must have 1 dimension\(s\); got shape \(2, 1\)"):
+        min_norm_dual(np.eye(2), np.ones((2, 1)))
+    with pytest.raises(InvalidInstanceError, match=r"^b must be finite"):
+        min_norm_dual(np.eye(2), np.array([1.0, np.nan]))
+    with pytest.raises(InvalidInstanceError, match=r"^K must be symmetric \(a Gram matrix AAᵀ\); K - K\.T"):
+        min_norm_dual(np.array([[1.0, 0.5], [0.0, 1.0]]), np.ones(2))
+    with pytest.raises(InvalidInstanceError, match=r"^support_hint indices must lie in \[0, 1\]$"):
+        min_norm_dual(np.eye(2), np.ones(2), support_hint=[2])
+    with pytest.raises(InvalidInstanceError, match=r"^support_hint indices must lie in \[0, 1\]$"):
+        min_norm_dual(np.eye(2), np.ones(2), support_hint=[-1])
+
+
+@pytest.mark.parametrize(
+    "equality",
+    [np.array([0.0, 1.0]), np.array([[0]]), np.array([[True, False]])],
+    ids=["float-indices", "2-D-indices", "2-D-mask"],
+)
+def test_min_norm_dual_rejects_malformed_equality(equality):
+    # a float array is neither a mask nor indices, and a 2-D index array is not "1-D row indices"
+    with pytest.raises(InvalidInstanceError, match=r"boolean mask of shape|equality mask must have shape"):
+        min_norm_dual(np.eye(2), np.ones(2), equality)
+
+
+# ======================================================================= zero and trivial rows
+def test_zero_equality_row_with_nonzero_rhs_is_infeasible_with_sign_certificate():
+    # row 0 of the factor is 0, so a_0ᵀw = 0 for every w and "= −1" cannot hold; the certificate is
+    # c = sign(b_0)·e_0 (bᵀc = 1 > 0, Aᵀc = 0), and the norm bound is infinite.
+    L = np.array([[0.0, 0.0], [1.0, 0.0]])
+    with pytest.raises(
+        InfeasibleMinNormError, match=re.escape("row 0 is identically zero but asks for = -1")
+    ) as exc:
+        min_norm_dual(L @ L.T, np.array([-1.0, 1.0]), [0], factor=L)
+    np.testing.assert_array_equal(exc.value.certificate, [-1.0, 0.0])
+    assert exc.value.norm_bound == np.inf
+    assert exc.value.rows.tolist() == [0]
+    with pytest.raises(InfeasibleMinNormError, match=re.escape("row 0 is identically zero but asks for = 1")):
+        min_norm_dual(L @ L.T, np.array([1.0, 1.0]), [0], factor=L)
+
+
+def test_zero_inequality_row_message_and_certificate():
+    L = np.array([[1.0, 0.0], [0.0, 0.0]])
+    with pytest.raises(
+        InfeasibleMinNormError, match=re.escape("row 1 is identically zero but asks for ≥ 2")
+    ) as exc:
+        min_norm_dual(L @ L.T, np.array([1.0, 2.0]), factor=L)
+    np.testing.assert_array_equal(exc.value.certificate, [0.0, 1.0])
+
+
+def test_zero_rows_that_hold_trivially_are_accepted():
+    # 0 = 0 (equality) and 0 ≥ −3 (inequality) hold for every w: the answer is that of row 0 alone, w = e₁.
+    L = np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    r = min_norm_dual(L @ L.T, np.array([1.0, 0.0, -3.0]), [1], factor=L)
+    np.testing.assert_allclose(L.T @ r.multipliers, [1.0, 0.0], rtol=0, atol=EXACT_ATOL)
+    assert r.certified
+    assert 1 in r.support.tolist()  # an equality row is always in the support
+
+
+def test_all_zero_rhs_gives_the_trivial_solution():
+    # b = 0: w = 0 is feasible and has the least norm; every row is active (margin 0 = b) with λ = 0,
+    # so every inequality row is weakly active. Nothing is iterated.
+    rng = np.random.default_rng(3)
+    Am = rng.standard_normal((4, 6))
+    r = min_norm_dual(Am @ Am.T, np.zeros(4), [2], factor=Am)
+    assert r.method == "trivial" and r.iterations == 0
+    assert r.norm == 0.0 and r.error_bound == 0.0 and r.certified
+    np.testing.assert_array_equal(r.multipliers, np.zeros(4))
+    np.testing.assert_array_equal(r.coords, np.zeros(6))
+    assert r.support.tolist() == [0, 1, 2, 3]
+    assert r.weakly_active.tolist() == [0, 1, 3]
+
+
+# ================================================================= certification bookkeeping
+def test_large_norm_feasible_problem_is_solved_but_not_certified():
+    # w₁ ≥ 1 and −w₁ + ε w₂ ≥ 0: the least-norm point is w = (1, 1/ε), norm ≈ 1e4 for ε = 1e-4 (below the
+    # infeasibility threshold INFEASIBLE_NORM = 1e7). Both rows are active and K_S has cond ≈ 4/ε² = 4e8,
+    # so error_bound = cond·eps ≈ 9e-8 > CERTIFY_RTOL: the KKT residuals are tiny but the answer must not
+    # be certified.
+    eps_ = 1e-4
+    Am = np.array([[1.0, 0.0], [-1.0, eps_]])
+    r = min_norm_dual(Am @ Am.T, np.array([1.0, 0.0]), factor=Am)
+    w_exact = np.array([1.0, 1.0 / eps_])
+    w = Am.T @ r.multipliers
+    assert np.linalg.norm(w - w_exact) <= r.error_bound * np.linalg.norm(w_exact)
+    assert r.norm == pytest.approx(np.linalg.norm(w_exact), rel=r.error_bound)
+    assert r.error_bound > CERTIFY_RTOL
+    assert r.kkt.max() <= CERTIFY_RTOL
+    assert not r.certified
+    assert r.support.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("scale", [1e8, 1e-8])
+def test_kkt_residuals_are_relative_to_the_rhs_scale(scale):
+    # The residuals are relative (slacks divided by |b_r| + ||a_r||·||w||): scaling b scales w and λ and
+    # leaves every residual at the rounding level, so the scaled problem is certified too.
+    Am, b = _generic(0)
+    ref = min_norm_dual(Am @ Am.T, b, factor=Am)
+    r = min_norm_dual(Am @ Am.T, scale * b, factor=Am)
+    assert ref.certified and r.certified, (r.kkt, r.error_bound)
+    assert r.kkt.complementary_slackness <= CERTIFY_RTOL
+    assert r.kkt.primal_feasibility <= CERTIFY_RTOL
+    np.testing.assert_allclose(r.coords, scale * ref.coords, rtol=0, atol=AGREE_RTOL * scale * ref.norm)
+
+
+def test_tiny_gram_matrix_is_not_mistaken_for_zero():
+    # The eigenvalue cut-off of the Gram factor is relative to the largest eigenvalue: K·s with s = 2⁻⁷⁰
+    # (≈ 8e-22) describes rows a·√s, whose least-norm solution is w/√s with the same support.
+    Am, b = _generic(1)
+    K = Am @ Am.T
+    s = 2.0**-70
+    ref = min_norm_dual(K, b)
+    r = min_norm_dual(K * s, b)
+    assert r.certified
+    assert r.norm == pytest.approx(ref.norm / np.sqrt(s), rel=AGREE_RTOL)
+    np.testing.assert_array_equal(r.support, ref.support)
+
+
+# ============================================================ active-set refinement: the rules
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_nnls_start_is_exact_so_one_refinement_step_confirms_it(seed):
+    # NNLS solves the dual exactly, so on generic data its nonzero multipliers are the support and the
+    # refinement only confirms it (iteration 1). The same holds when the support is passed as the hint.
+    Am, b = _generic(seed)
+    r = min_norm_dual(Am @ Am.T, b, factor=Am)
+    assert r.method == "nnls+active-set" and r.iterations == 1
+    assert 0 < r.support.size < b.size  # some rows are inactive, so a wrong start would cost steps
+    h = min_norm_dual(Am @ Am.T, b, factor=Am, support_hint=r.support)
+    assert h.method == "active-set" and h.iterations == 1
+    np.testing.assert_allclose(h.coords, r.coords, rtol=0, atol=AGREE_RTOL * r.norm)
+
+
+def test_zero_multiplier_is_not_dropped():
+    # rows e₁ (b = 1) and e₂ (b = 0), hint = {row 1}: step 1 solves e₂ᵀw = 0, λ = 0 — not negative, so the
+    # row stays; row 0 is violated and is added; step 2 solves both, λ = (1, 0) ≥ 0, nothing violated.
+    # Dropping the zero multiplier would cost a third step.
+    r = min_norm_dual(np.eye(2), np.array([1.0, 0.0]), support_hint=[1])
+    assert r.method == "active-set" and r.iterations == 2
+    np.testing.assert_allclose(r.multipliers, [1.0, 0.0], rtol=0, atol=EXACT_ATOL)
+    assert r.support.tolist() == [0, 1] and r.weakly_active.tolist() == [1]
+
+
+@pytest.mark.parametrize("hint", [None, [0]])
+def test_weakly_active_row_outside_the_tight_set_is_not_added(hint):
+    # w₁ ≥ 1, w₁ + w₂ ≥ 1: w = (1, 0); row 1 has slack 0 up to rounding and λ = 0. Started from row 0 alone
+    # (the hint, or the NNLS support), the slack test (slack < −tol with tol > 0) must not count row 1 as
+    # violated: one step suffices, and row 1 is reported weakly active.
+    Am = np.array([[1.0, 0.0], [1.0, 1.0]])
+    r = min_norm_dual(Am @ Am.T, np.ones(2), factor=Am, support_hint=hint)
+    assert r.iterations == 1
+    np.testing.assert_allclose(r.coords, [1.0, 0.0], rtol=0, atol=EXACT_ATOL)
+    assert r.support.tolist() == [0, 1] and r.weakly_active.tolist() == [1]
+
+
+@pytest.mark.parametrize("t", [1.0, 1e-5])
+def test_negative_least_norm_multipliers_of_a_degenerate_support_are_repaired_at_any_scale(t):
+    # Rows e₁, (c, c), (−c, c) (c = 1/√2) are all active at w = t·e₁ (right-hand sides t, ct, −ct), but
+    # three rows in R² are rank-deficient and the least-norm multipliers (t/2, ct/2, −ct/2) have a
+    # negative entry although λ = (t, 0, 0) ≥ 0 represents w. Started from those three rows, the step must
+    # find the nonnegative representation at once (one step), whatever the scale t of the multipliers:
+    # the row e₂ with b = −1 (inactive) keeps the normalisation from rescaling t to 1.
+    c = np.sqrt(0.5)
+    Am = np.array([[1.0, 0.0], [c, c], [-c, c], [0.0, 1.0]])
+    r = min_norm_dual(Am @ Am.T, np.array([t, c * t, -c * t, -1.0]), factor=Am, support_hint=[0, 1, 2])
+    assert r.method == "active-set" and r.iterations == 1
+    np.testing.assert_allclose(r.coords, [t, 0.0], rtol=0, atol=EXACT_ATOL * t)
+    np.testing.assert_allclose(r.multipliers, [t, 0.0, 0.0, 0.0], rtol=0, atol=EXACT_ATOL * t)
+    assert r.support.tolist() == [0, 1, 2] and r.weakly_active.tolist() == [1, 2]
+    assert r.certified
+
+
+def test_most_violated_row_is_measured_relative_to_its_scale():
+    # Rows e₁ (b = 1), a_A = (−0.6, 0.8) (b = 0), a_B = (0.5, √0.75) (b = 1); hint {e₁} gives w = e₁, where
+    # A has slack −0.6 (scale |b| + ||w|| = 1) and B slack −0.5 (scale 2): relative to their scales A is
+    # the more violated (−0.6 vs −0.25) and is added; then w = (1, 0.75), B has slack 0.15 > 0 and the
+    # step ends (2 iterations). Adding B first instead would lead to the inconsistent tight set {e₁, A, B}
+    # and a refusal (NNLS fallback).
+    Am = np.array([[1.0, 0.0], [-0.6, 0.8], [0.5, np.sqrt(0.75)]])
+    r = min_norm_dual(Am @ Am.T, np.array([1.0, 0.0, 1.0]), factor=Am, support_hint=[0])
+    assert r.method == "active-set" and r.iterations == 2
+    np.testing.assert_allclose(r.coords, [1.0, 0.75], rtol=0, atol=EXACT_ATOL)
+    np.testing.assert_allclose(r.multipliers, [1.5625, 0.9375, 0.0], rtol=0, atol=EXACT_ATOL)
+    assert r.support.tolist() == [0, 1] and r.certified
+
+
+def test_certificate_entries_at_the_multiplier_threshold_count_as_zero(monkeypatch):
+    # MULTIPLIER_RTOL: an entry with |c_r| ≤ MULTIPLIER_RTOL·max|c| counts as 0 (boundary included). An
+    # injected Farkas certificate (1, 1e-9, 0) on unit rows keeps row 0 only.
+    monkeypatch.setattr(
+        S,
+        "_ldp_nnls",
+        lambda Ln, bs, eqn: (np.zeros(Ln.shape[1]), np.zeros(bs.size), np.array([1.0, 1e-9, 0.0])),
+    )
+    with pytest.raises(InfeasibleMinNormError, match=r"rows \[0\] cannot hold together") as exc:
+        min_norm_dual(np.eye(3), np.ones(3))
+    np.testing.assert_array_equal(exc.value.certificate, [1.0, 0.0, 0.0])
+
+
+def test_refinement_gives_up_after_2m_plus_10_steps(monkeypatch):
+    # A tight solver that always reports a negative multiplier makes the iteration drop a row, then
+    # (empty set, w = 0, every row violated) add one, forever: _refine must refuse after 2m + 10 steps,
+    # i.e. after m + 5 tight solves (one every other step).
+    calls = []
+
+    def always_negative(LS, bS):
+        calls.append(LS.shape[0])
+        return np.zeros(LS.shape[1]), -np.ones(LS.shape[0]), 1.0, LS.shape[0]
+
+    monkeypatch.setattr(S, "_tight_solve", always_negative)
+    m = 4
+    with pytest.raises(S._Refused):
+        S._refine(np.eye(m), np.ones(m), np.zeros(m, dtype=bool), np.array([0]))
+    assert len(calls) == m + 5
+
+
+def test_nnls_fallback_when_the_refinement_refuses(monkeypatch):
+    # When the active-set step refuses, the NNLS point is returned as is: method "nnls", no iterations,
+    # an infinite error bound, never certified, yet (NNLS being exact here) the right answer.
+    Am, b = _generic(2)
+    ref = min_norm_dual(Am @ Am.T, b, factor=Am)
+
+    def refuse(*args, **kwargs):
+        raise S._Refused("test")
+
+    monkeypatch.setattr(S, "_refine", refuse)
+    r = min_norm_dual(Am @ Am.T, b, factor=Am)
+    assert r.method == "nnls" and r.iterations == 0
+    assert r.error_bound == np.inf and not r.certified
+    np.testing.assert_allclose(r.coords, ref.coords, rtol=0, atol=NNLS_RTOL * ref.norm)
+    np.testing.assert_allclose(
+        r.multipliers, ref.multipliers, rtol=0, atol=NNLS_RTOL * np.abs(ref.multipliers).max()
+    )
+    # a wrong hint refused as well falls through to the same NNLS point
+    r_h = min_norm_dual(Am @ Am.T, b, factor=Am, support_hint=[0])
+    assert r_h.method == "nnls"
+
+
+def test_nnls_iteration_limit_scales_with_the_number_of_rows():
+    # Lawson–Hanson adds one row per iteration: 1001 active rows (w_r ≥ 1 for the unit vectors) need more
+    # than 1000 iterations, so a fixed limit of 1000 would fail on this perfectly conditioned problem.
+    m = 1001
+    r = min_norm_dual(np.eye(m), np.ones(m))
+    assert r.certified
+    assert r.norm == pytest.approx(np.sqrt(m), rel=AGREE_RTOL)
+    assert r.support.size == m
+
+
+# ===================================================================== Att-SVM: Frobenius
+def _perturbed_core(monkeypatch, edit):
+    real = S._core
+
+    def fake(*args, **kwargs):
+        return edit(real(*args, **kwargs))
+
+    monkeypatch.setattr(S, "_core", fake)
+
+
+def test_multipliers_inconsistent_with_w_show_in_stationarity(monkeypatch):
+    # W is built from the primal coordinates, the stationarity residual from the multipliers; if the
+    # multipliers are off by a factor 1 + δ the residual must say δ and the answer must not be certified
+    # (building W from the multipliers would hide the inconsistency: residual 0).
+    inst = A.random_instance(4, 5, 6, seed=2)
+    ref = solve_svm(inst)
+    _perturbed_core(monkeypatch, lambda core: dataclasses.replace(core, lam=core.lam * (1.0 + DELTA_LAMBDA)))
+    sol = solve_svm(inst)
+    assert sol.kkt is not None
+    assert sol.kkt.stationarity == pytest.approx(DELTA_LAMBDA, rel=STAT_RTOL)
+    assert not sol.certified
+    np.testing.assert_allclose(sol.W, ref.W, rtol=0, atol=AGREE_RTOL * np.linalg.norm(ref.W))
+
+
+def test_non_finite_solution_raises_solver_error(monkeypatch):
+    inst = A.random_instance(3, 4, 5, seed=0)
+    _perturbed_core(monkeypatch, lambda core: dataclasses.replace(core, u=np.full_like(core.u, np.nan)))
+    with pytest.raises(SolverError, match=r"^the Att-SVM solution is not finite; the instance is too badly"):
+        solve_svm(inst)
+
+
+def test_support_uses_each_rows_own_norm():
+    # n = 1, z = e₁, x₀ = 0 selected: the rows are Δ₁ = (1, 0), Δ₂ = (1 + δ, 5), Δ₃ = (100, 1000) and
+    # W = e₁e₁ᵀ (only w₁ ≥ 1 binds). Row 2 has slack δ = 1e-7, above its own support threshold
+    # SUPPORT_RTOL·(1 + ||Δ₂||·||z||·||W||) ≈ 6e-9 but below SUPPORT_RTOL·(1 + ||Δ||_F·||W||) ≈ 1e-6 of the
+    # stacked Δ's: it is not a support token.
+    delta = 1e-7
+    X = np.array([[[0.0, 0.0], [-1.0, 0.0], [-(1.0 + delta), -5.0], [-100.0, -1000.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), z=np.array([[1.0, 0.0]]))
+    sol = solve_svm(inst, alpha=[0])
+    np.testing.assert_allclose(sol.W, [[1.0, 0.0], [0.0, 0.0]], rtol=0, atol=EXACT_ATOL)
+    assert sol.support == ((0, 1),)
+    # margin error ≤ ‖Δ₂‖·‖W − W*‖ (Cauchy–Schwarz) ≤ ‖Δ₂‖·EXACT_ATOL
+    assert np.abs(sol.margins[1] - 1.0 - delta) <= EXACT_ATOL * np.linalg.norm(X[0, 2])
+    # the documented definition, evaluated independently of the solver's bookkeeping
+    c = A.svm_constraints(inst, [0])
+    margins = A.svm_margins(inst, sol.W, [0])
+    scale = 1.0 + np.linalg.norm(c.deltas, axis=1) * np.linalg.norm(c.queries, axis=1) * np.linalg.norm(sol.W)
+    on = np.flatnonzero(np.abs(margins - 1.0) <= SUPPORT_RTOL * scale)
+    assert sol.support == tuple((int(c.pairs[r, 0]), int(c.pairs[r, 1])) for r in on)
+    assert sol.certified
+
+
+def test_timings_are_durations():
+    inst = A.random_instance(3, 4, 5, seed=0)
+    t0 = time.perf_counter()
+    sol = solve_svm(inst)
+    wall = time.perf_counter() - t0
+    tm = sol.timings
+    assert set(tm) == {"solver", "active_set", "total"}
+    assert all(0.0 <= v <= wall for v in tm.values()), (tm, wall)
+    assert tm["solver"] + tm["active_set"] <= tm["total"]
+
+
+@pytest.mark.parametrize("method", ["primal", "vector"])
+def test_conic_failure_is_reported_under_the_method_that_ran(monkeypatch, method):
+    # An unsolved cvxpy problem has status None: the error must name the program that was built
+    # ("primal Att-SVM" is the matrix program, "vector Att-SVM" the one on svm_rows).
+    monkeypatch.setattr(S, "_cvxpy_solve", lambda prob, what: None)
+    inst = A.random_instance(3, 4, 5, seed=0)
+    with pytest.raises(
+        SolverError, match=rf"^{method} Att-SVM: cvxpy returned status None without a solution"
+    ):
+        solve_svm(inst, method=method)
+
+
+def test_unknown_norm_message_quotes_the_given_name():
+    inst = A.random_instance(3, 4, 5, seed=0)
+    with pytest.raises(UnknownNameError, match=r"^unknown norm 'l1'; expected one of 'fro', 'nuc'"):
+        solve_svm(inst, norm="l1")
+
+
+# ================================================================ infeasibility diagnosis wording
+def _convex_combination_instance() -> A.Instance:
+    # x₂ = (x₀ + x₁)/2 selected: Δ₀ = −Δ₁, so ½Δ₀ᵀWz + ½Δ₁ᵀWz = 0 < 1 for every W
+    X = np.array([[[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]])
+    return A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), z=np.array([[1.0, 2.0]]))
+
+
+def test_infeasibility_message_gives_causes_and_remedy():
+    inst = _convex_combination_instance()
+    tail = (
+        "Typical causes: a selected token that is a convex combination of the others, or sequences with "
+        "parallel queries that ask for opposite orders of the same tokens. Choose a different alpha "
+        "for sequence 0."
+    )
+    with pytest.raises(InfeasibleSVMError, match=re.escape(tail) + "$"):
+        solve_svm(inst, alpha=[2])
+
+
+def test_infeasibility_message_with_exact_certificate_says_no_w_at_all():
+    # When the certificate combination vanishes exactly (norm bound ∞) no W of any norm is feasible.
+    inst = _convex_combination_instance()
+    c = A.svm_constraints(inst, [2])
+    err = InfeasibleMinNormError("test", np.array([0.5, 0.5]), np.inf)
+    with pytest.raises(
+        InfeasibleSVMError, match=re.escape("(Farkas certificate; a solution would need no W at all).")
+    ):
+        S._raise_infeasible(c, err)
+    err = InfeasibleMinNormError("test", np.array([0.5, 0.5]), 123.0)
+    with pytest.raises(InfeasibleSVMError, match=re.escape("a solution would need ||W||_F >= 123).")):
+        S._raise_infeasible(c, err)
+
+
+# ====================================================================== Att-SVM: nuclear norm
+def test_nuclear_norm_result_fields():
+    inst = A.random_instance(3, 3, 3, seed=0)
+    sol = solve_svm(inst, norm="nuc")
+    assert sol.certified is False
+    np.testing.assert_array_equal(sol.pairs, A.svm_constraints(inst).pairs)
+    assert sol.pairs.dtype == np.intp and not sol.pairs.flags.writeable
+    assert sol.weakly_active == () and sol.iterations == 0 and sol.raw_rel_error is None
+
+
+def test_nuclear_norm_infeasible_choice_is_diagnosed():
+    with pytest.raises(InfeasibleSVMError, match=r"sequence\(s\) \[0\] contradict each other"):
+        solve_svm(_convex_combination_instance(), alpha=[2], norm="nuc")
+
+
+def _fake_conic(monkeypatch, value, status):
+    """Replace the conic solve: the matrix variable gets ``value`` and the status maps to ``status``."""
+
+    def solve(prob, what):
+        (var,) = prob.variables()
+        var.save_value(np.broadcast_to(value, var.shape).copy())
+
+    monkeypatch.setattr(S, "_cvxpy_solve", solve)
+    monkeypatch.setattr(S, "_check_cvxpy_status", lambda prob, what: status)
+
+
+def test_nuclear_norm_solver_reporting_infeasible_is_a_solver_error(monkeypatch):
+    _fake_conic(monkeypatch, 0.0, "infeasible")
+    with pytest.raises(SolverError, match=r"^nuclear-norm Att-SVM: cvxpy reported infeasible, but the exact"):
+        solve_svm(A.random_instance(3, 3, 3, seed=0), norm="nuc")
+
+
+def test_nuclear_norm_non_finite_answer_is_a_solver_error(monkeypatch):
+    _fake_conic(monkeypatch, np.nan, "optimal")
+    with pytest.raises(SolverError, match=r"^nuclear-norm Att-SVM: cvxpy returned non-finite values$"):
+        solve_svm(A.random_instance(3, 3, 3, seed=0), norm="nuc")
+
+
+def test_nuclear_norm_answer_with_nonpositive_margin_is_a_solver_error(monkeypatch):
+    # W = 0 has every margin 0: rescaling by the minimum margin cannot restore feasibility
+    _fake_conic(monkeypatch, 0.0, "optimal")
+    with pytest.raises(SolverError, match=r"^nuclear-norm Att-SVM: the solver's W has minimum margin 0 ≤ 0$"):
+        solve_svm(A.random_instance(3, 3, 3, seed=0), norm="nuc")
