@@ -873,10 +873,11 @@ class _TorchBatch:
             Y_i (a_it − f_i) = Σ_u s_iu (γ_it − γ_iu) = δ_it − e^{m_i} ψ_i     (t ∉ Z)
             Y_i (a_it − f_i) = −e^{m_i} ψ_i   (t ∈ Z),      Y_i f_i = γ_ir + e^{m_i} ψ_i,
 
-        and ``w_it = ℓ'_i Y_i s_it (a_it − f_i) = sign(ℓ'_i) · c_it · e^{L_it}`` with
-        ``L_it = log|ℓ'_i| + log s_it`` (``+ m_i`` for ``t ∈ Z``, where ``c = −ψ``): every tiny
-        factor is kept as a logarithm, ``c`` is O(1), and the largest ``L`` of each instance is
-        factored out before anything is exponentiated. (Taking the runner-up among all ``u ≠ r``
+        and ``w_it = ℓ'_i Y_i s_it (a_it − f_i) = −sign(ℓ'_i) A_i c_it`` with
+        ``A_i = |ℓ'_i| e^{m_i}`` and ``c_it = E_it (e^{m_i} ψ_i − δ_it)`` (``t ∉ Z``),
+        ``c_it = s_it ψ_i`` (``t ∈ Z``): the factor that underflows, ``A_i``, is kept as a
+        logarithm and the largest of each instance is factored out before it is exponentiated;
+        ``c`` is O(δ), or negligible where ``E_it`` underflows. (Taking the runner-up among all ``u ≠ r``
         would pick an exact duplicate of ``r``, whose ``δ = 0``, and lose every other weight to
         underflow: a zero gradient where the true one is ~e^{−(l_r − l')}.) ``lse`` uses the
         runner-up among all ``u ≠ r``. If every token scores alike, ``ψ = 0`` and the gradient is
@@ -911,26 +912,24 @@ class _TorchBatch:
         # Cancellation-free margin: Y_i f_i = γ_ir + Σ_u s_iu δ_iu = γ_ir + e^{m_i} ψ_i.
         u = g_r.squeeze(0) + em * psi
         sign_l, log_l = self._signed_log_dl(u)
-        # L_it = log|ℓ'_i| + log s_it, with log s_it = (l_it − l'_i) + m_i off Z, and + m_i on Z.
-        L = Z.add_(m + log_l)
-        on_z = m + log_l - lse  # at r: log|ℓ'| + log s_r + m, log s_r = −lse
-        if single:
-            L.scatter_(0, r0, on_z.unsqueeze(0))
-        else:
-            L = torch.where(in_z, l - (lr - on_z).unsqueeze(0), L)  # log s_t = l_t − l_r − lse on Z
-        top = L.amax(dim=0).amax(dim=-1)  # (B,)
+        # w_it = −sign(ℓ'_i) A_i c_it with A_i = |ℓ'_i| e^{m_i}, the only factor that can underflow
+        # (kept as its log, the instance scaled by its largest A: e^{log A_i − top_b} ≤ 1), and
+        # c_it = E_it (e^{m_i} ψ_i − δ_it) off Z (s_it = E_it e^{m_i}), c_it = s_it ψ_i on Z (s ≤ 1,
+        # e^{−lse} at r). Each c is O(Δ) or negligible (an E_u that underflows is below 1e-300 of the
+        # runner-up's and of the rounding of the sum it enters).
+        log_a = log_l + m
+        top = log_a.amax(dim=-1)  # (B,)
         top_safe = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        Fw = L.sub_(top_safe.view(1, B, 1)).exp_()
-        # −c: e^{m} ψ − δ_it off Z (δ dominates at saturation: no cancellation), ψ on Z;
-        # the minus sign is sign(ℓ') = −1 of a decreasing loss.
-        coef = torch.sub(em * psi, delta, out=delta)
-        if single:
-            coef.scatter_(0, r0, psi.unsqueeze(0))
-        else:
-            coef = torch.where(in_z, psi.unsqueeze(0), coef)
-        wsc = Fw.mul_(coef)
+        fac = torch.exp(log_a - top_safe.unsqueeze(-1))  # (B, n), ≤ 1
         if sign_l is not None:
-            wsc.mul_(-sign_l)
+            fac.mul_(-sign_l)  # the minus sign is sign(ℓ') = −1 of a decreasing loss
+        wsc = torch.sub(em * psi, delta, out=delta).mul_(E)  # E (e^{m} ψ − δ), 0 on Z (E = 0 there)
+        if single:
+            wsc.scatter_(0, r0, (torch.exp(-lse) * psi).unsqueeze(0))  # s_r ψ
+        else:
+            s_z = torch.exp(l - (lr + lse).unsqueeze(0))  # s_t, needed on Z only
+            wsc = torch.where(in_z, s_z.mul_(psi), wsc)
+        wsc.mul_(fac)
         G = self._gradient_sum(wsc, Xt, zB, y)
         nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
         D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (checked by the caller)
