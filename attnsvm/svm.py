@@ -76,6 +76,10 @@ SVM_METHODS = ("auto", "primal", "vector", "dual")
 SVM_NORMS = ("fro", "nuc")
 
 EPS = float(np.finfo(np.float64).eps)
+#: A Farkas combination ``Σ c_r L_r`` within this many times its rounding bound
+#: ``(m + 1)·eps·Σ|c_r|·||L_r||`` of zero is taken as exactly zero: the constraints then admit no
+#: ``W`` at all (``norm_bound = inf``) rather than one of norm ~1/eps.
+FARKAS_ZERO_FACTOR = 10.0
 
 #: Target accuracy: a Frobenius solution is *certified* when ``cond(K_S)·eps`` (the first-order
 #: bound on the relative error of the least-norm solve on the support) and every relative KKT
@@ -451,7 +455,11 @@ def _core(L: FloatArray, b: FloatArray, eq: NDArray[np.bool_], hint: IntArray | 
         full[live] = farkas / rn[live]  # back to the original rows: Σ c_r L_r ≈ 0, bᵀc > 0
         full[np.abs(full) <= MULTIPLIER_RTOL * np.max(np.abs(full))] = 0.0
         resid = float(np.linalg.norm(L.T @ full))
-        bound = float(b @ full) / resid if resid > 0 else np.inf
+        # Σ c_r L_r is zero to rounding (the certificate's weights and the product each carry
+        # ≲ (m + 1)·eps·Σ|c_r|·||L_r||; FARKAS_ZERO_FACTOR× that): exactly contradictory rows, e.g. a
+        # selected token that is a convex combination of others; no W at all, not a huge one.
+        zero_tol = FARKAS_ZERO_FACTOR * (m + 1) * EPS * float(np.abs(full) @ rn)
+        bound = float(b @ full) / resid if resid > zero_tol else np.inf
         raise InfeasibleMinNormError("the constraints are contradictory", full, bound)
     seed = np.flatnonzero(lam0 != 0.0)
     try:
