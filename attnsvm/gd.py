@@ -644,10 +644,14 @@ class _TorchBatch:
     ``a_it = x_itᵀ v_i``, the scores ``γ_it = Y_i a_it`` and, per instance, the bound
     ``Δ_b = 2 max |γ|`` used by the fast path's underflow test.
 
-    Two ways to the same direction (see :meth:`direction`): a linear-domain fast path (about
+    Two ways to the same direction (see :meth:`_parts`): a linear-domain fast path (about
     half the passes) used while no weight that matters is below the normal range, and the
     log-domain path, taken automatically, per step and per instance, for the instances where
     the fast path could lose digits. ``fast=False`` forces the log-domain path everywhere.
+
+    A GD step is :meth:`gradient` then :meth:`update_` (or :meth:`step_`, both): the iterate is
+    updated in place by one fused pass, the unit direction never materialised;
+    :meth:`direction` returns it for callers that need it.
     """
 
     #: Fast-path acceptance: the largest weight |w_it| of an instance must be ≥ this (its
