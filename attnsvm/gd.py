@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .attention import logits_of
 from .errors import AttnSVMError, InvalidInstanceError, NumericalError
-from .grad import GradDirection, normalized_risk_grad_of, risk_grad_of, risk_of
+from .grad import CANCELLATION_FACTOR, GradDirection, normalized_risk_grad_of, risk_grad_of, risk_of
 from .instance import Instance, as_real_array
 from .losses import Loss, LossLike, _logistic_derivative, get_loss
 
@@ -716,6 +716,12 @@ class _TorchBatch:
         self._q_feat = [self._q[k] for k in range(d)]  # (B, n) each
         self._w_tok = [self._w[t] for t in range(T)]  # (B, n) each
         self._Bn = B * n
+        # ||x_it|| ||z_i|| (T, B, n) and its max over tokens: the scale of the rounding error of G
+        self._xz = (
+            torch.linalg.vector_norm(self.Xt, dim=1) * torch.linalg.vector_norm(self.zB, dim=2)
+        ).contiguous()
+        self._xz_max = self._xz.amax(dim=0)
+        self._cancel_rtol = CANCELLATION_FACTOR * n * T * float(np.finfo(np.float64).eps)
         self._neg_inf = torch.tensor(-math.inf, **kw)
         self.fast = bool(fast)
         # κ: a weight below κ·Δ_b·max|α| could come from a subnormal factor (E_it or ψ_i); the
@@ -782,10 +788,13 @@ class _TorchBatch:
         """``max_{t,i} |w_it|`` per instance, shape ``(B,)`` (NaN propagates)."""
         return w.amax(dim=0).amax(dim=-1).maximum(w.amin(dim=0).amin(dim=-1).neg_())
 
-    def _direction_fast(self, l: Any) -> tuple[Any, Any, Any, Any | None]:
-        """Linear-domain gradient; returns ``(G, inv, log_norm, ok)``, direction ``G·inv`` (``inv`` per instance).
+    def _direction_fast(self, l: Any) -> tuple[Any, Any, Any, Any | None, Any | None]:
+        """Linear-domain gradient: ``(G, inv, log_norm, ok, cancelled)``, direction ``G·inv``.
 
-        ``ok`` (B,) says where the result is exact, ``None`` meaning everywhere.
+        ``ok`` (B,) says where the result is exact, ``None`` meaning everywhere; ``cancelled``
+        (B,) marks the accepted instances whose gradient cancels to the rounding level of its own
+        sum (a noise direction; see :data:`attnsvm.grad.CANCELLATION_FACTOR`), ``None`` meaning
+        none (the common case, known from a cheap bound).
 
         With ``E_it = e^{l_it − max_u l_iu}`` (``= 1`` at the selected token, exactly),
         ``S_i = Σ_t E_it``, a reference score ``c_i`` = the score of a selected token (the largest
@@ -853,19 +862,40 @@ class _TorchBatch:
         # recomputed by the log-domain path and do not count). NaN fails the test.
         log_nrm = torch.log(nrm)
         in_range = log_nrm.abs() <= self._LOG_NORM_SAFE
-        if bool((in_range if ok is None else in_range | ~ok).all()):
-            return G, nrm.reciprocal_(), log_nrm.sub_(self.log_n), ok
-        # Scale G by 2^−e (exact) with wmax = m·2^e before the norm: Σ G² would underflow for
-        # weights below ~1e-154 (and overflow above ~1e154); the scaled G is O(1).
-        if wmax is None:
-            wmax = self._abs_max(w)
-        e = torch.frexp(wmax if ok is None else torch.where(ok, wmax, torch.ones_like(wmax))).exponent
-        G.mul_(torch.ldexp(torch.ones_like(wmax), -e).view(B, 1, 1))
-        nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
-        return G, nrm.reciprocal(), torch.log(nrm) + e.to(nrm.dtype) * math.log(2.0) - self.log_n, ok
+        # Cancellation (as grad.normalized_risk_grad_of): ||G|| must exceed the rounding level of its
+        # own sum, C·nT·eps·Σ_it |w_it| ||x_it|| ||z_i||. Cheap sufficient test first, on (B, n)
+        # arrays: Σ_t |w_it| ≤ |α_i| (S_i Δ_b + |ψ_i|) = |α_i| S_i (Δ_b + |ψ_i/S_i|).
+        bound = (alpha.abs() * S).mul_(psi_s.abs().add_(self.delta_bound.view(B, 1)))
+        clear = nrm > self._cancel_rtol * bound.mul_(self._xz_max).sum(dim=-1)
+        good = in_range & clear
+        if bool((good if ok is None else good | ~ok).all()):
+            return G, nrm.reciprocal_(), log_nrm.sub_(self.log_n), ok, None
+        log2_scale = torch.zeros_like(nrm)
+        if not bool((in_range if ok is None else in_range | ~ok).all()):
+            # Scale G by 2^−e (exact) with wmax = m·2^e before the norm: Σ G² would underflow for
+            # weights below ~1e-154 (and overflow above ~1e154); the scaled G is O(1).
+            if wmax is None:
+                wmax = self._abs_max(w)
+            e = torch.frexp(wmax if ok is None else torch.where(ok, wmax, torch.ones_like(wmax))).exponent
+            G.mul_(torch.ldexp(torch.ones_like(wmax), -e).view(B, 1, 1))
+            nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
+            log2_scale = e.to(nrm.dtype)
+            log_nrm = torch.log(nrm)
+        # the exact rounding level, in the same scale as G
+        level = self._cancel_rtol * torch.ldexp(
+            (w.abs() * self._xz).sum(dim=(0, 2)), -log2_scale.to(torch.int32)
+        )
+        cancelled = ~(nrm > level)
+        if ok is not None:
+            cancelled &= ok
+        return G, nrm.reciprocal(), log_nrm + log2_scale * math.log(2.0) - self.log_n, ok, cancelled
 
-    def _direction_log(self, l: Any, Xt: Any, gamma: Any, zB: Any, y: Any | None = None) -> tuple[Any, Any]:
+    def _direction_log(
+        self, l: Any, Xt: Any, gamma: Any, zB: Any, xz: Any, y: Any | None = None
+    ) -> tuple[Any, Any, Any]:
         """Log-domain direction of the instances in ``l`` (``(T, k, n)``), exact under underflow.
+
+        Returns ``(D, log_norm, cancelled)`` (``cancelled`` as in :meth:`_direction_fast`).
 
         Organised around a selected token ``r_i = argmax_t l_it`` so that it costs ``O(T)`` per
         sequence instead of ``O(T²)``. With scores ``γ_it = Y_i a_it``, ``δ_it = γ_it − γ_ir``, the
@@ -936,11 +966,13 @@ class _TorchBatch:
         wsc.mul_(fac)
         G = self._gradient_sum(wsc, Xt, zB, y)
         nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
-        D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (checked by the caller)
-        return D, top + torch.log(nrm) - self.log_n
+        # below the rounding level of its own sum (scaled as G): noise, not a direction
+        cancelled = ~(nrm > self._cancel_rtol * (wsc.abs_() * xz).sum(dim=(0, 2)))
+        D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (reported as cancelled)
+        return D, top + torch.log(nrm) - self.log_n, cancelled
 
-    def _parts(self, W: Any) -> tuple[Any, Any, Any]:
-        """``(G, inv, log_norm)``: the direction of ``∇L(W_b)`` is ``G_b·inv_b`` (``G`` a reused buffer).
+    def _parts(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
+        """``(G, inv, log_norm, cancelled)``: the direction of ``∇L(W_b)`` is ``G_b·inv_b`` (``G`` a reused buffer).
 
         The linear-domain fast path (:meth:`_direction_fast`) is tried first; the instances it
         cannot certify (a weight that matters left the normal range: ``||W||`` large, the
@@ -958,54 +990,71 @@ class _TorchBatch:
             use_log = True  # most of the batch was saturated a moment ago (see LOG_FRACTION)
         if use_log:
             self.stats["log"] += 1
-            D, log_norm = self._direction_log(l, self.Xt, self.gamma, self.zB, self._y)
-            return D, torch.ones_like(log_norm), log_norm
-        G, inv, log_norm, ok = self._direction_fast(l)
+            D, log_norm, cancelled = self._direction_log(l, self.Xt, self.gamma, self.zB, self._xz, self._y)
+            return D, torch.ones_like(log_norm), log_norm, cancelled
+        G, inv, log_norm, ok, cancelled = self._direction_fast(l)
         if ok is None or bool(ok.all()):
             self.stats["fast"] += 1
-            return G, inv, log_norm
+            return G, inv, log_norm, cancelled
         n_bad = B - int(ok.sum())
         if n_bad > self.LOG_FRACTION * B:
             self._log_streak = self.LOG_RETRY - 1
             self.stats["log"] += 1
-            D, log_norm = self._direction_log(l, self.Xt, self.gamma, self.zB, self._y)
-            return D, torch.ones_like(log_norm), log_norm
+            D, log_norm, cancelled = self._direction_log(l, self.Xt, self.gamma, self.zB, self._xz, self._y)
+            return D, torch.ones_like(log_norm), log_norm, cancelled
         self.stats["mixed"] += 1
         idx = torch.nonzero(~ok).squeeze(1)
-        D_s, ln_s = self._direction_log(
+        D_s, ln_s, c_s = self._direction_log(
             l.index_select(1, idx),
             self.Xt.index_select(2, idx),
             self.gamma.index_select(1, idx),
             self.zB.index_select(0, idx),
+            self._xz.index_select(1, idx),
         )
         G[idx] = D_s
         inv[idx] = 1.0
         log_norm[idx] = ln_s
-        return G, inv, log_norm
+        if cancelled is None:
+            cancelled = torch.zeros_like(ok)
+        cancelled[idx] = c_s
+        return G, inv, log_norm, cancelled
 
     def direction(self, W: Any) -> tuple[Any, Any]:
         """Unit direction of ``∇L(W_b)`` and ``log||∇L(W_b)||``, shapes ``(B, d, d)`` and ``(B,)``.
 
         Same quantity as :func:`attnsvm.grad.normalized_risk_grad_of` (see :meth:`_parts` for
-        the two paths). The returned direction is a buffer of this engine, overwritten by the
-        next call: use it (or copy it) before then.
+        the two paths), without its cancellation test (see :meth:`gradient`). The returned
+        direction is a buffer of this engine, overwritten by the next call: use it (or copy it)
+        before then.
         """
-        G, inv, log_norm = self._parts(W)
+        G, inv, log_norm, _ = self._parts(W)
         return G.mul_(inv.view(self.B, 1, 1)), log_norm
 
-    def gradient(self, W: Any) -> tuple[Any, Any, Any]:
-        """``(G, inv, log_norm)`` of :meth:`_parts`: the direction is ``G·inv``, ``log_norm = log||∇L(W)||``."""
+    def gradient(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
+        """``(G, inv, log_norm, cancelled)``: the direction is ``G·inv``, ``log_norm = log||∇L(W)||``.
+
+        ``cancelled`` (B,) bool, or ``None`` for none: instances whose gradient is below the
+        rounding level of its own sum, where the direction is noise (``run_gd_batch`` raises, as
+        :func:`run_gd` does).
+        """
         return self._parts(W)
 
-    def update_(self, W: Any, parts: tuple[Any, Any, Any], lr: float, normalized: bool = True) -> Any:
+    def update_(self, W: Any, parts: tuple[Any, ...], lr: float, normalized: bool = True) -> Any:
         """Apply one GD step in place to ``W`` from ``parts = gradient(W)``; returns ``W``.
 
         Normalized: ``W ← W − η ∇L/||∇L||``; plain: ``W ← W − η ∇L`` (``∇L`` rebuilt from the
         direction and ``e^{log||∇L||}``, 0 once it underflows). One fused in-place pass over
         ``(B, d, d)``: the direction is never materialised and nothing of that size is allocated.
         """
-        G, inv, log_norm = parts
-        scale = inv.mul_(-lr) if normalized else inv.mul_(self.torch.exp(log_norm).mul_(-lr))
+        G, inv, log_norm = parts[:3]
+        if normalized:
+            scale = inv.mul_(-lr)
+        else:
+            scale = inv.mul_(self.torch.exp(log_norm).mul_(-lr))
+            zero = log_norm == -math.inf  # ∇L = 0 exactly: no step (its "direction" 0·∞ is NaN)
+            if bool(zero.any()):
+                G[zero] = 0.0
+                scale[zero] = 0.0
         return W.addcmul_(G, scale.view(self.B, 1, 1))
 
     def step_(self, W: Any, lr: float, normalized: bool = True) -> Any:
@@ -1083,7 +1132,8 @@ def run_gd_batch(
 
     def check(t: int, log_norm: Any) -> None:
         # the direction G·inv is finite iff log||∇L|| is: a NaN/Inf gradient or a zero one shows there
-        bad = ~torch.isfinite(log_norm)
+        # (plain GD takes no step at a zero gradient and reports it in saturated_at instead)
+        bad = ~torch.isfinite(log_norm) if normalized else torch.isnan(log_norm) | (log_norm == math.inf)
         if bool(bad.any()):
             i = int(torch.nonzero(bad)[0])
             raise NumericalError(
@@ -1096,6 +1146,14 @@ def run_gd_batch(
         if t < steps or t in rec_set:
             parts = eng.gradient(W)  # at W_t: direction G·inv, log||∇L(W_t)||
             log_norm = parts[2]
+            cancelled = parts[3]
+            if normalized and cancelled is not None and bool(cancelled.any()):
+                i = int(torch.nonzero(cancelled)[0])
+                raise NumericalError(
+                    f"normalized GD at step {t}: instance {i}: the risk gradient's contributions cancel to "
+                    f"rounding level (||∇L|| ≤ {CANCELLATION_FACTOR}·nT·eps × the sum of their magnitudes): "
+                    "W is stationary up to rounding and the normalized direction is undefined"
+                )
         if t in rec_set:
             if not bool(torch.isfinite(W).all()):  # first: a diverged W also makes the gradient non-finite
                 raise NumericalError(f"plain GD diverged by step {t}: W became non-finite; lower lr")

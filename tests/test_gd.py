@@ -437,6 +437,27 @@ def test_inputs_are_not_modified() -> None:
     np.testing.assert_array_equal(ref, refc)
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_batched_gd_refuses_a_gradient_that_cancels_like_run_gd(seed: int) -> None:
+    """A sequence repeated with the opposite label under the correlation loss: ∇L = 0 exactly, and
+    the float64 sums leave rounding noise or 0. ``run_gd`` refuses the normalized direction; the
+    batched engine must too (it used to step along the noise, or fail later with "exactly zero")."""
+    one = A.random_instance(1, 2, 1, seed=seed)
+    dup = A.Instance(
+        np.concatenate([one.X, one.X]), np.array([1.0, -1.0]), one.v, np.concatenate([one.z, one.z])
+    )
+    other = A.random_instance(2, 2, 1, seed=1)
+    with pytest.raises(NumericalError, match="cancel to rounding level"):
+        run_gd(dup, 3, 0.1, loss="correlation")
+    with pytest.raises(NumericalError, match=r"step 0: instance 1: .*cancel to rounding level"):
+        run_gd_batch([other, dup], 3, 0.1, loss="correlation")
+    # plain GD takes the step, 0 or rounding noise (|∇L| ≤ ~1e-17, times lr, 3 steps): nothing to
+    # refuse, and a zero gradient is reported as saturation
+    bt = run_gd_batch([other, dup], 3, 0.1, loss="correlation", normalized=False)
+    assert np.abs(bt.W[1]).max() <= 1e-15
+    assert bt.saturated_at[1] >= 0 and bt.saturated_at[0] == -1
+
+
 def test_plain_gd_divergence_raises() -> None:
     base = A.random_instance(2, 3, 3, seed=0)
     inst = A.Instance(base.X * 10, base.Y, base.v, base.z)  # ∇L(0) has entries > 1
