@@ -321,7 +321,10 @@ def _nonneg_representation(LS: FloatArray, u: FloatArray, eqS: NDArray[np.bool_]
     supports); an NNLS over ``[L_Sᵀ(ineq), L_Sᵀ(eq), −L_Sᵀ(eq)]`` finds one if it does.
     """
     cols = np.hstack([LS.T, -LS[eqS].T])
-    y, _ = scipy.optimize.nnls(cols, u, maxiter=max(100, 10 * cols.shape[1]))
+    try:
+        y, _ = scipy.optimize.nnls(cols, u, maxiter=max(100, 10 * cols.shape[1]))
+    except RuntimeError:  # scipy: iteration limit reached; the least-norm multipliers are kept
+        return None
     if np.linalg.norm(cols @ y - u) > CERTIFY_RTOL * np.linalg.norm(u):
         return None
     lam = y[: LS.shape[0]].copy()
@@ -607,7 +610,15 @@ def min_norm_dual(
             raise InvalidInstanceError("factor L does not satisfy L @ L.T == K (to 1e-10 relative)")
     hint = None
     if support_hint is not None:
-        hint = np.asarray(support_hint, dtype=np.intp).reshape(-1)
+        raw = np.asarray(support_hint).reshape(-1)
+        if raw.dtype.kind not in "iu" and not (
+            raw.dtype.kind == "f" and np.all(np.isfinite(raw)) and np.all(raw == np.round(raw))
+        ):
+            raise InvalidInstanceError(
+                f"support_hint must hold integer row indices; got {np.asarray(support_hint)!r} "
+                f"(dtype {raw.dtype}). Pass a list of ints; for a boolean mask, np.flatnonzero(mask)."
+            )
+        hint = raw.astype(np.intp)
         if hint.size and (hint.min() < 0 or hint.max() >= m):
             raise InvalidInstanceError(f"support_hint indices must lie in [0, {m - 1}]")
     try:

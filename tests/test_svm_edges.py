@@ -308,11 +308,16 @@ def _perturbed_core(monkeypatch, edit):
     monkeypatch.setattr(S, "_core", fake)
 
 
-def test_multipliers_inconsistent_with_w_show_in_stationarity(monkeypatch):
+@pytest.mark.parametrize(
+    "shape", [(4, 5, 6, 2), (4, 8, 3, 0)], ids=["wide-factor", "narrow-factor (p_Δ·p_z = 9 <= m = 28)"]
+)
+def test_multipliers_inconsistent_with_w_show_in_stationarity(monkeypatch, shape):
     # W is built from the primal coordinates, the stationarity residual from the multipliers; if the
     # multipliers are off by a factor 1 + δ the residual must say δ and the answer must not be certified
-    # (building W from the multipliers would hide the inconsistency: residual 0).
-    inst = A.random_instance(4, 5, 6, seed=2)
+    # (building W from the multipliers would hide the inconsistency: residual 0). Both factor widths:
+    # the narrow one (n = 4, T = 8, d = 3) skips the second QR.
+    n, T, d, seed = shape
+    inst = A.random_instance(n, T, d, seed=seed)
     ref = solve_svm(inst)
     _perturbed_core(monkeypatch, lambda core: dataclasses.replace(core, lam=core.lam * (1.0 + DELTA_LAMBDA)))
     sol = solve_svm(inst)
@@ -455,3 +460,301 @@ def test_nuclear_norm_answer_with_nonpositive_margin_is_a_solver_error(monkeypat
     _fake_conic(monkeypatch, 0.0, "optimal")
     with pytest.raises(SolverError, match=r"^nuclear-norm Att-SVM: the solver's W has minimum margin 0 ≤ 0$"):
         solve_svm(A.random_instance(3, 3, 3, seed=0), norm="nuc")
+
+
+# =========================================================== second mutation sample: more pins
+#: Tolerance of a norm bound ``bᵀc/||Aᵀc||`` evaluated on exactly representable data (a dot product and
+#: the 2-norm of a vector with one nonzero entry): a few roundings, so 1e-14 relative is ~50 eps of slack.
+BOUND_RTOL = 1e-14
+
+
+def _inject_certificate(monkeypatch, certificate):
+    """Make the Lawson–Hanson step report infeasibility with the given (row-normalised) certificate."""
+    monkeypatch.setattr(
+        S,
+        "_ldp_nnls",
+        lambda Ln, bs, eqn: (np.zeros(Ln.shape[1]), np.zeros(bs.size), np.asarray(certificate, dtype=float)),
+    )
+
+
+@pytest.mark.parametrize("fraction", [0.9, 1.1])
+def test_farkas_combination_is_zero_exactly_within_its_rounding_bound(monkeypatch, fraction):
+    # FARKAS_ZERO_FACTOR: Σ c_r L_r counts as exactly zero (norm bound ∞) when its norm is at most
+    # FARKAS_ZERO_FACTOR·(m + 1)·eps·Σ|c_r|·||L_r||. Rows L₀ = (1, 0), L₁ = (−1, δ) (||L₁|| = 1 in float64
+    # since δ² < eps) and certificate c = (1, 1) give Σ c_r L_r = (0, δ) exactly, Σ|c_r|·||L_r|| = 2 and
+    # m = 2: δ at 0.9× the threshold is "no W at all", at 1.1× the bound is bᵀc/δ = 2/δ.
+    m = 2
+    threshold = S.FARKAS_ZERO_FACTOR * (m + 1) * S.EPS * 2.0
+    delta = fraction * threshold
+    L = np.array([[1.0, 0.0], [-1.0, delta]])
+    assert np.linalg.norm(L, axis=1).tolist() == [1.0, 1.0]  # the premise: ||L_r|| are exactly 1
+    _inject_certificate(monkeypatch, [1.0, 1.0])
+    with pytest.raises(InfeasibleMinNormError) as exc:
+        min_norm_dual(L @ L.T, np.ones(2), factor=L)
+    np.testing.assert_array_equal(exc.value.certificate, [1.0, 1.0])
+    if fraction < 1:
+        assert exc.value.norm_bound == np.inf
+    else:
+        assert exc.value.norm_bound == pytest.approx(2.0 / delta, rel=BOUND_RTOL)
+
+
+def test_equality_row_contradicting_an_inequality_is_infeasible():
+    # w₁ = 1 (equality) and w₁ ≥ 2 cannot both hold. The Lawson–Hanson step must enter the equality as the
+    # two inequalities w₁ ≥ 1 and −w₁ ≥ −1 (entering it as w₁ ≥ ±1 would make the system feasible), so the
+    # problem is declared infeasible, with the reason from the Farkas step quoted in the message.
+    L = np.array([[1.0, 0.0], [1.0, 0.0]])
+    with pytest.raises(
+        InfeasibleMinNormError, match=r"rows \[0, 1\] cannot hold together \(the constraints "
+    ):
+        min_norm_dual(L @ L.T, np.array([1.0, 2.0]), [0], factor=L)
+    with pytest.raises(InfeasibleMinNormError, match=re.escape("(the constraints are contradictory)")):
+        min_norm_dual(L @ L.T, np.array([1.0, 2.0]), [0], factor=L)
+
+
+def test_all_equality_rows_have_no_dual_feasibility_condition():
+    # With every row an equality there are no sign conditions on λ: w = b (rows e₁, e₂), λ = b with a
+    # negative entry, dual feasibility residual 0 and the answer certified.
+    r = min_norm_dual(np.eye(2), np.array([1.0, -2.0]), [0, 1], factor=np.eye(2))
+    np.testing.assert_allclose(r.coords, [1.0, -2.0], rtol=0, atol=EXACT_ATOL)
+    np.testing.assert_allclose(r.multipliers, [1.0, -2.0], rtol=0, atol=EXACT_ATOL)
+    assert r.kkt.dual_feasibility == 0.0
+    assert r.certified and r.support.tolist() == [0, 1] and r.weakly_active.size == 0
+
+
+def test_empty_problem_is_trivial():
+    # m = 0 rows: nothing constrains w, so w = 0 (k = 0 coordinates) is the certified answer.
+    r = min_norm_dual(np.zeros((0, 0)), np.zeros(0))
+    assert r.method == "trivial" and r.norm == 0.0 and r.certified
+    assert r.multipliers.shape == (0,) and r.support.shape == (0,)
+
+
+def test_rank_deficient_gram_matrix_with_negative_rounded_eigenvalue_is_accepted():
+    # K = AAᵀ for 6 rows in R³ has three zero eigenvalues; rounding makes the smallest −9.7e-16 here (seed 0).
+    # That is far inside the PSD tolerance (GRAM_RTOL·λ_max), so K must be accepted, and the eigen-factor
+    # solution must agree with the one from the exact factor A (both certified).
+    rng = np.random.default_rng(0)
+    Am = rng.standard_normal((6, 3))
+    b = Am @ rng.standard_normal(3) - rng.uniform(0.0, 1.0, 6)  # feasible: that point satisfies every row
+    K = Am @ Am.T
+    assert np.linalg.eigh(K)[0][0] < 0  # the premise: a negative rounded eigenvalue
+    r = min_norm_dual(K, b)
+    ref = min_norm_dual(K, b, factor=Am)
+    assert r.certified and ref.certified
+    np.testing.assert_allclose(
+        Am.T @ r.multipliers, Am.T @ ref.multipliers, rtol=0, atol=AGREE_RTOL * ref.norm
+    )
+    np.testing.assert_array_equal(r.support, ref.support)
+
+
+def test_kkt_residual_formulas():
+    # The formulas of KKTResiduals on exact binary data: margins (1, 3), b = (1, 1), unit rows, ||w|| = 1,
+    # so scales |b_r| + ||a_r||·||w|| = 2 and slacks (0, 2).
+    margins, b, rn = np.array([1.0, 3.0]), np.ones(2), np.ones(2)
+    ineq = np.zeros(2, dtype=bool)
+    # λ = (1, 0.5): complementary slackness max_r (λ_r/max λ)·|slack_r|/scale_r = 0.5·2/2 = 0.5;
+    # stationarity 0.25/||w||; gap |½ − (bᵀλ − ½·1)|/½ = |0.5 − 1|/0.5 = 1.
+    r = S._kkt(margins, b, ineq, rn, np.array([1.0, 0.5]), 1.0, 0.25, 1.0)
+    assert r == S.KKTResiduals(0.0, 0.0, 0.25, 0.5, 1.0)
+    # λ = (1, −0.25): dual feasibility 0.25/max|λ| = 0.25; a violated row (margin 0 < b = 1) has primal
+    # residual 1/scale = 1/2.
+    r = S._kkt(np.array([1.0, 0.0]), b, ineq, rn, np.array([1.0, -0.25]), 1.0, 0.0, 0.0)
+    assert r.dual_feasibility == 0.25 and r.primal_feasibility == 0.5
+    assert r.complementary_slackness == 0.25 * 1.0 / 2.0
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(S.KKTResiduals)])
+def test_kkt_max_covers_every_residual(name):
+    # certification compares kkt.max() with CERTIFY_RTOL, so no residual may be left out of the max
+    res = S.KKTResiduals(0.0, 0.0, 0.0, 0.0, 0.0)
+    assert dataclasses.replace(res, **{name: 1.0}).max() == 1.0
+
+
+def test_refinement_drops_the_most_negative_multiplier_first():
+    # Rows a₀ = (−1, 1, −1), a₁ = (0, 1, 0), a₂ = (2, 2, 1), b = (2, 1, −1), all three as the hint. The
+    # multipliers of the three equalities are K⁻¹b = (−4, 11, −3); on the row-normalised problem (where the
+    # rule applies) they are ∝ λ_r·||a_r|| = (−4√3, 11, −9), so row 2 is the most negative and is dropped;
+    # then {0, 1} gives w = (−½, 1, −½), λ = (½, ½) ≥ 0, and row 2 has slack 1.5: done in 2 steps.
+    # Dropping row 0 (the first negative one) instead takes 4.
+    Am = np.array([[-1.0, 1.0, -1.0], [0.0, 1.0, 0.0], [2.0, 2.0, 1.0]])
+    b = np.array([2.0, 1.0, -1.0])
+    r = min_norm_dual(Am @ Am.T, b, factor=Am, support_hint=[0, 1, 2])
+    assert r.method == "active-set" and r.iterations == 2
+    np.testing.assert_allclose(r.coords, [-0.5, 1.0, -0.5], rtol=0, atol=EXACT_ATOL)
+    np.testing.assert_allclose(r.multipliers, [0.5, 0.5, 0.0], rtol=0, atol=EXACT_ATOL)
+    assert r.support.tolist() == [0, 1] and r.certified
+
+
+def test_rounding_level_negative_multiplier_keeps_the_least_norm_multipliers(monkeypatch):
+    # MULTIPLIER_RTOL: a negative multiplier above −MULTIPLIER_RTOL·max|λ| is rounding, so even on a
+    # rank-deficient tight set (rows e₁, e₁, e₂, b = (1, 1, 0)) it must not trigger the nonnegative
+    # re-representation: the least-norm multipliers (½, ½, 0) are kept (clipped to 0 in the result).
+    # Injected: −½·MULTIPLIER_RTOL·max|λ| on the zero multiplier of row 2.
+    real = S._tight_solve
+
+    def nudged(LS, bS):
+        u, lamS, cond_K, rank = real(LS, bS)
+        lamS = lamS.copy()
+        lamS[-1] = -0.5 * S.MULTIPLIER_RTOL * np.max(np.abs(lamS))
+        return u, lamS, cond_K, rank
+
+    monkeypatch.setattr(S, "_tight_solve", nudged)
+    Am = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    r = min_norm_dual(Am @ Am.T, np.array([1.0, 1.0, 0.0]), factor=Am, support_hint=[0, 1, 2])
+    assert r.method == "active-set" and r.iterations == 1
+    np.testing.assert_allclose(r.multipliers, [0.5, 0.5, 0.0], rtol=0, atol=EXACT_ATOL)
+    assert r.weakly_active.tolist() == [2] and r.certified
+
+
+def test_residuals_equal_to_certify_rtol_still_certify(monkeypatch):
+    # CERTIFY_RTOL: certified when every residual is *at most* this (boundary included).
+    real = S._kkt
+    monkeypatch.setattr(S, "_kkt", lambda *a: dataclasses.replace(real(*a), duality_gap=CERTIFY_RTOL))
+    sol = solve_svm(A.random_instance(3, 4, 5, seed=0))
+    assert sol.kkt is not None and sol.kkt.max() == CERTIFY_RTOL
+    assert sol.error_bound <= CERTIFY_RTOL and sol.certified
+    Am, b = _generic(0)
+    r = min_norm_dual(Am @ Am.T, b, factor=Am)
+    assert r.kkt.max() == CERTIFY_RTOL and r.certified
+
+
+def test_frobenius_result_names_solver_and_counts_iterations():
+    inst = A.random_instance(3, 4, 5, seed=0)
+    sol = solve_svm(inst, method="dual")
+    assert sol.solver == "NNLS (Lawson-Hanson) on the factorised dual + exact nnls+active-set"
+    assert isinstance(sol.iterations, int) and sol.iterations >= 1
+
+
+@pytest.mark.parametrize("method", ["primal", "vector"])
+def test_conic_solver_wrongly_reporting_infeasible_is_a_solver_error(monkeypatch, method):
+    # cvxpy says "infeasible" but the exact dual finds a feasible point: the conic solver is wrong, and the
+    # error must say so under the method that ran.
+    monkeypatch.setattr(S, "_cvxpy_fro", lambda inst, c, meth: (None, "infeasible"))
+    msg = (
+        f"{method} Att-SVM: cvxpy reported infeasible, but the exact dual finds a feasible point; "
+        "the conic solver is unreliable on this instance. Use method='dual'."
+    )
+    with pytest.raises(SolverError, match="^" + re.escape(msg) + "$"):
+        solve_svm(A.random_instance(3, 4, 5, seed=0), method=method)
+
+
+@pytest.mark.parametrize(
+    "norm, method, program",
+    [
+        ("fro", "primal", "primal Att-SVM"),
+        ("fro", "vector", "vector Att-SVM"),
+        ("nuc", "auto", "nuclear-norm Att-SVM"),
+    ],
+)
+def test_conic_solver_exception_names_the_program(monkeypatch, norm, method, program):
+    import cvxpy as cp
+
+    def fail(self, *args, **kwargs):
+        raise cp.error.SolverError("injected")
+
+    monkeypatch.setattr(cp.Problem, "solve", fail)
+    msg = f"{program}: the conic solver failed (injected). Use method='dual'."
+    with pytest.raises(SolverError, match="^" + re.escape(msg) + "$"):
+        solve_svm(A.random_instance(3, 3, 3, seed=0), norm=norm, method=method)
+
+
+def _single_row_instance() -> A.Instance:
+    # n = 1, T = 2, d = 2, α = 0: one constraint Δᵀ W z ≥ 1 with Δ = z = e₁
+    X = np.array([[[0.0, 0.0], [-1.0, 0.0]]])
+    return A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), z=np.array([[1.0, 0.0]]))
+
+
+def _fake_conic_with_dual(monkeypatch, value, dual):
+    """Like ``_fake_conic`` (status "optimal"), also setting the constraint's dual value."""
+
+    def solve(prob, what):
+        (var,) = prob.variables()
+        var.save_value(np.asarray(value, dtype=float))
+        (con,) = prob.constraints
+        con.save_dual_value(np.full(con.shape, dual))
+
+    monkeypatch.setattr(S, "_cvxpy_solve", solve)
+    monkeypatch.setattr(S, "_check_cvxpy_status", lambda prob, what: "optimal")
+
+
+def test_nuclear_norm_error_bound_is_the_relative_certified_gap(monkeypatch):
+    # Conic answer W = diag(2, 1) (margin 2) is rescaled to diag(1, ½): ||W||_* = 1.5. With dual μ = 3 the
+    # certified lower bound is μ/||μ Δzᵀ||₂ = 3/3 = 1, so error_bound = (1.5 − 1)/1.5 = 1/3 (relative).
+    _fake_conic_with_dual(monkeypatch, np.diag([2.0, 1.0]), 3.0)
+    sol = solve_svm(_single_row_instance(), alpha=[0], norm="nuc")
+    np.testing.assert_allclose(sol.W, np.diag([1.0, 0.5]), rtol=0, atol=EXACT_ATOL)
+    assert sol.objective == pytest.approx(1.5, rel=EXACT_ATOL)
+    assert sol.error_bound == pytest.approx(1.0 / 3.0, rel=EXACT_ATOL)
+
+
+def test_nuclear_norm_timings_have_the_documented_keys(monkeypatch):
+    # Same stage names as the Frobenius solver; there is no active-set stage, so it takes 0 s.
+    _fake_conic_with_dual(monkeypatch, np.diag([2.0, 1.0]), 3.0)
+    tm = solve_svm(_single_row_instance(), alpha=[0], norm="nuc").timings
+    assert set(tm) == {"solver", "active_set", "total"}
+    assert tm["active_set"] == 0.0 and 0.0 <= tm["solver"] <= tm["total"]
+
+
+def test_gram_eigen_factor_path_for_large_problems(monkeypatch):
+    # Above MAX_FACTOR_ENTRIES the Gram matrix is factorised by an eigendecomposition and W is built from
+    # the multipliers; forcing that path (limit 0) on a small instance must give the same certified W.
+    inst = A.random_instance(4, 5, 6, seed=2)
+    ref = solve_svm(inst)
+    monkeypatch.setattr(S, "MAX_FACTOR_ENTRIES", 0)
+    sol = solve_svm(inst)
+    assert ref.certified and sol.certified
+    np.testing.assert_allclose(sol.W, ref.W, rtol=0, atol=AGREE_RTOL * np.linalg.norm(ref.W))
+
+
+def test_min_norm_dual_factor_errors_name_the_factor():
+    with pytest.raises(InvalidInstanceError, match=r"^factor must have 2 dimension\(s\); got shape \(2,\)"):
+        min_norm_dual(np.eye(2), np.ones(2), factor=np.ones(2))
+    with pytest.raises(InvalidInstanceError, match=r"^factor must be finite"):
+        min_norm_dual(np.eye(2), np.ones(2), factor=np.array([[1.0, np.nan], [0.0, 1.0]]))
+    with pytest.raises(InvalidInstanceError, match=r"^factor must have m = 2 rows; got shape \(3, 2\)$"):
+        min_norm_dual(np.eye(2), np.ones(2), factor=np.ones((3, 2)))
+
+
+def _two_support_candidates(v: np.ndarray) -> A.Instance:
+    # n = 1, z = e₁, token 0 = 0 selected: W = e₁e₁ᵀ, support = {(0, 1)} (Δ₁ = e₁), token 2 far inactive
+    X = np.array([[[0.0, 0.0], [-1.0, 0.0], [-100.0, -1000.0]]])
+    return A.Instance(X, np.array([1.0]), v, z=np.array([[1.0, 0.0]]))
+
+
+def test_local_optimality_reasons_are_exact_sentences():
+    # v = e₁: scores γ = (0, −1, −100), the one support token scores below the selected one
+    rep = A.local_optimality_report(_two_support_candidates(np.array([1.0, 0.0])), [0])
+    assert rep.locally_optimal
+    assert rep.reason == "locally optimal: every one of the 1 support tokens scores below the selected one"
+    # v = −e₁: γ = (0, 1, 100); exactly one violating pair, so no "(k violating pairs)" suffix
+    rep = A.local_optimality_report(_two_support_candidates(np.array([-1.0, 0.0])), [0])
+    assert rep.violating == ((0, 1),)
+    assert (
+        rep.reason
+        == "not locally optimal: support token 1 of sequence 0 scores 1 >= the selected token 0's 0"
+    )
+
+
+@pytest.mark.parametrize("hint", [[np.nan], [np.inf], ["a"], [1.7], [True, False]])
+def test_min_norm_dual_rejects_support_hints_that_are_not_integer_indices(hint):
+    """Review finding: NaN/Inf/strings escaped as plain ValueError/OverflowError, 1.7 was silently
+    truncated to row 1 and a boolean mask was read as the indices [1, 0]."""
+    with pytest.raises(InvalidInstanceError, match=r"^support_hint must hold integer row indices"):
+        min_norm_dual(np.eye(2), np.ones(2), support_hint=hint)
+
+
+@pytest.mark.parametrize("hint", [[], [1.0], [0, 1], np.array([1], dtype=np.uint8)])
+def test_min_norm_dual_accepts_integer_valued_support_hints(hint):
+    sol = min_norm_dual(np.eye(2), np.ones(2), support_hint=hint)
+    np.testing.assert_allclose(sol.multipliers, [1.0, 1.0], rtol=0, atol=EXACT_ATOL)  # K = I: λ = w = b
+
+
+def test_nonneg_representation_survives_the_nnls_iteration_limit(monkeypatch):
+    """Review finding: scipy's NNLS raises RuntimeError at its iteration limit; the helper now
+    answers "no representation found" (None) instead of letting it escape min_norm_dual."""
+
+    def limit(*args, **kwargs):
+        raise RuntimeError("Maximum number of iterations reached.")
+
+    monkeypatch.setattr(S.scipy.optimize, "nnls", limit)
+    LS = np.array([[1.0, 0.0], [1.0, 0.0]])
+    assert S._nonneg_representation(LS, np.array([1.0, 0.0]), np.array([False, False])) is None
