@@ -35,7 +35,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from .attention import logits_of
 from .errors import AttnSVMError, InvalidInstanceError, NumericalError
-from .grad import CANCELLATION_FACTOR, GradDirection, normalized_risk_grad_of, risk_grad_of, risk_of
+from .grad import (
+    CANCELLATION_FACTOR,
+    CANCELLED_MESSAGE,
+    GradDirection,
+    normalized_risk_grad_of,
+    risk_grad_of,
+    risk_of,
+)
 from .instance import Instance, as_real_array
 from .losses import Loss, LossLike, _logistic_derivative, get_loss
 
@@ -783,6 +790,11 @@ class _TorchBatch:
             y.addcmul_(xs[t], ws[t])  # y_i = Σ_t w_it x_it, shape (d, B, n)
         return torch.bmm(y.transpose(0, 1), zB, out=out)  # (B, d, d): Σ_i y_i z_iᵀ (strided view, no copy)
 
+    def _rounding_level(self, w: Any, xz: Any) -> Any:
+        """``C·nT·eps·Σ_it |w_it| ||x_it|| ||z_i||`` per instance, the rounding level of ``G = Σ w x zᵀ``
+        (as :func:`attnsvm.grad.normalized_risk_grad_of`); overwrites ``w``."""
+        return w.abs_().mul_(xz).sum(dim=(0, 2)).mul_(self._cancel_rtol)
+
     @staticmethod
     def _abs_max(w: Any) -> Any:
         """``max_{t,i} |w_it|`` per instance, shape ``(B,)`` (NaN propagates)."""
@@ -881,11 +893,8 @@ class _TorchBatch:
             nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
             log2_scale = e.to(nrm.dtype)
             log_nrm = torch.log(nrm)
-        # the exact rounding level, in the same scale as G
-        level = self._cancel_rtol * torch.ldexp(
-            (w.abs() * self._xz).sum(dim=(0, 2)), -log2_scale.to(torch.int32)
-        )
-        cancelled = ~(nrm > level)
+        # the exact rounding level, in the same scale as G (w is not needed any more)
+        cancelled = ~(nrm > torch.ldexp(self._rounding_level(w, self._xz), -log2_scale.to(torch.int32)))
         if ok is not None:
             cancelled &= ok
         return G, nrm.reciprocal(), log_nrm + log2_scale * math.log(2.0) - self.log_n, ok, cancelled
@@ -967,7 +976,7 @@ class _TorchBatch:
         G = self._gradient_sum(wsc, Xt, zB, y)
         nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
         # below the rounding level of its own sum (scaled as G): noise, not a direction
-        cancelled = ~(nrm > self._cancel_rtol * (wsc.abs_() * xz).sum(dim=(0, 2)))
+        cancelled = ~(nrm > self._rounding_level(wsc, xz))
         D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (reported as cancelled)
         return D, top + torch.log(nrm) - self.log_n, cancelled
 
@@ -1149,11 +1158,7 @@ def run_gd_batch(
             cancelled = parts[3]
             if normalized and cancelled is not None and bool(cancelled.any()):
                 i = int(torch.nonzero(cancelled)[0])
-                raise NumericalError(
-                    f"normalized GD at step {t}: instance {i}: the risk gradient's contributions cancel to "
-                    f"rounding level (||∇L|| ≤ {CANCELLATION_FACTOR}·nT·eps × the sum of their magnitudes): "
-                    "W is stationary up to rounding and the normalized direction is undefined"
-                )
+                raise NumericalError(f"normalized GD at step {t}: instance {i}: {CANCELLED_MESSAGE}")
         if t in rec_set:
             if not bool(torch.isfinite(W).all()):  # first: a diverged W also makes the gradient non-finite
                 raise NumericalError(f"plain GD diverged by step {t}: W became non-finite; lower lr")

@@ -51,6 +51,12 @@ EPS = float(np.finfo(np.float64).eps)
 #: The normalized direction is refused when ``||∇L|| ≤ CANCELLATION_FACTOR·nT·eps·Σ|w_it| ||x_it|| ||z_i||``:
 #: below that, float64 cannot tell the gradient from the rounding of its own sum.
 CANCELLATION_FACTOR = 8
+#: The error raised there (also by the batched engine, :func:`attnsvm.gd.run_gd_batch`).
+CANCELLED_MESSAGE = (
+    "the risk gradient's contributions cancel to rounding level at this W "
+    f"(||∇L|| ≤ {CANCELLATION_FACTOR}·nT·eps × the sum of their magnitudes): W is stationary up to "
+    "rounding and the normalized direction is undefined"
+)
 
 
 class GradDirection(NamedTuple):
@@ -166,11 +172,7 @@ def normalized_risk_grad_of(
     magnitude = float(np.sum(np.abs(scaled) * np.linalg.norm(X, axis=2) * np.linalg.norm(z, axis=1)[:, None]))
     bound = CANCELLATION_FACTOR * X.shape[0] * X.shape[1] * EPS * magnitude
     if not gmax > 0 or not np.isfinite(norm) or not gmax * norm > bound:
-        raise NumericalError(
-            "the risk gradient's contributions cancel to rounding level at this W "
-            f"(||∇L|| ≤ {CANCELLATION_FACTOR}·nT·eps × the sum of their magnitudes): W is stationary up to "
-            "rounding and the normalized direction is undefined"
-        )
+        raise NumericalError(CANCELLED_MESSAGE)
     return GradDirection(unit / norm, top + float(np.log(gmax)) + float(np.log(norm)))
 
 

@@ -81,15 +81,10 @@ def _single(inst: Instance, W: np.ndarray, loss: str):  # noqa: ANN202
 
 def _reversed(inst: Instance, W: np.ndarray, loss: str):  # noqa: ANN202
     """The single-form direction with the sequences and the tokens in reverse order."""
-    X = np.array(inst.X)[::-1, ::-1]
-    return normalized_risk_grad_of(
-        np.ascontiguousarray(X),
-        np.array(inst.Y)[::-1].copy(),
-        np.array(inst.z)[::-1].copy(),
-        np.array(inst.v),
-        W,
-        get_loss(loss),
+    rev = A.Instance(
+        X=np.array(inst.X)[::-1, ::-1], Y=np.array(inst.Y)[::-1], z=np.array(inst.z)[::-1], v=inst.v
     )
+    return _single(rev, W, loss)
 
 
 #: Regression: three exact copies of the selected token at ||W|| = 1000 (the fast path's reference
