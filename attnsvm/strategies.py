@@ -63,7 +63,7 @@ Oymak, arXiv 2308.16898 (Att-SVM, feasibility, global-convergence condition).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from hypothesis import strategies as st
@@ -86,6 +86,10 @@ __all__ = [
     "directions",
     "weight_matrices",
     "instances_and_weights",
+    "ScaledInstance",
+    "exponent_range",
+    "scaled",
+    "scaled_instances",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -333,3 +337,100 @@ def instances_and_weights(
     """Pairs ``(inst, W)`` with ``W`` a :func:`weight_matrices` draw of the instance's ``d``."""
     inst = draw(base if base is not None else instances())
     return inst, draw(weight_matrices(inst.d, scale))
+
+
+# ---------------------------------------------------------------- scale sweeps
+class ScaledInstance(NamedTuple):
+    """An instance with ``X``, ``z``, ``v`` multiplied by ``2^jx``, ``2^jz``, ``2^jv`` (exactly).
+
+    ``original`` is the unscaled instance: the oracle of a scale-sweep property is what the
+    answer must be at scale 1 (an equivariance), so a property compares ``f(inst)`` with the
+    rescaled ``f(original)``.
+    """
+
+    inst: Instance
+    original: Instance
+    jx: int
+    jz: int
+    jv: int
+
+
+def exponent_range(*arrays: Any, headroom_bits: int = 0) -> tuple[int, int]:
+    """The powers of two ``j`` for which ``a · 2^j`` keeps every nonzero entry of every array normal.
+
+    Every entry stays a normal double (no rounding, no overflow), so scaling by ``2^j`` is
+    exact. ``headroom_bits`` keeps the largest entry below ``FLOAT_MAX · 2^−headroom_bits``.
+    Returns ``(lo, hi)`` with ``lo ≤ 0 ≤ hi``.
+    """
+    lo, hi = -1074, 1074
+    for a in arrays:
+        mag = np.abs(np.asarray(a, dtype=np.float64))
+        nz = mag[mag > 0]
+        if nz.size == 0:
+            continue
+        # frexp: x = m·2^e, m ∈ [½, 1). Normal doubles are 2^−1022 ≤ |x| < 2^1024.
+        e_max = int(np.frexp(float(np.max(nz)))[1])
+        e_min = int(np.frexp(float(np.min(nz)))[1])
+        hi = min(hi, 1024 - e_max - headroom_bits)
+        lo = max(lo, -1021 - e_min)
+    return min(lo, 0), max(hi, 0)
+
+
+def scaled(inst: Instance, jx: int = 0, jz: int = 0, jv: int = 0) -> Instance:
+    """``inst`` with ``X → 2^jx X``, ``z → 2^jz z``, ``v → 2^jv v`` (self-attention: ``jz`` must be ``jx``)."""
+    X = np.ldexp(inst.X, jx)
+    v = np.ldexp(inst.v, jv)
+    if inst.self_attention:
+        if jz != jx:
+            raise InvalidInstanceError(
+                f"a self-attention instance has z = X[:, 0]: jz must equal jx; got {jz} ≠ {jx}"
+            )
+        return Instance(X, inst.Y, v)
+    return Instance(X, inst.Y, v, np.ldexp(inst.z, jz))
+
+
+@st.composite
+def scaled_instances(
+    draw: Any,
+    base: st.SearchStrategy[Instance] | None = None,
+    *,
+    scale_X: bool = True,
+    scale_z: bool = True,
+    scale_v: bool = True,
+    tied: bool = False,
+    headroom_bits: int = 0,
+) -> ScaledInstance:
+    """Instances with ``X``, ``z``, ``v`` scaled by powers of two over the whole exponent range.
+
+    Each exponent is drawn from :func:`exponent_range` of its array (every scaled entry stays
+    a normal double, so the scaling is exact) and shrinks towards 0: a failure shrinks to the
+    smallest scale that breaks. ``tied=True`` gives ``z`` the exponent of ``X`` (so
+    ``W_mm(2^j X, 2^j z) = W_mm(X, z)/4^j`` is the property's oracle); self-attention
+    instances always tie them (``z = x_i0``).
+
+    Args:
+      base: the unscaled instances (default :func:`instances` over every family).
+      scale_X, scale_z, scale_v: which arrays to scale (the others keep exponent 0).
+      tied: one exponent for ``X`` and ``z``.
+      headroom_bits: keep every scaled entry below ``FLOAT_MAX · 2^−headroom_bits``.
+    """
+    inst = draw(
+        base
+        if base is not None
+        else st.sampled_from(INSTANCE_FAMILIES).flatmap(lambda f: instances(family=f))
+    )
+
+    def exponent(on: bool, *arrays: Any) -> int:
+        if not on:
+            return 0
+        lo, hi = exponent_range(*arrays, headroom_bits=headroom_bits)
+        return int(draw(st.integers(lo, hi)))
+
+    if tied or inst.self_attention:
+        jx = exponent(scale_X or scale_z, inst.X, inst.z)
+        jz = jx
+    else:
+        jx = exponent(scale_X, inst.X)
+        jz = exponent(scale_z, inst.z)
+    jv = exponent(scale_v, inst.v)
+    return ScaledInstance(scaled(inst, jx, jz, jv), inst, jx, jz, jv)
