@@ -1,0 +1,261 @@
+"""Mutation testing of one attnsvm module at a time (mutmut 3), with a uniform random sample.
+
+Usage (from the repository root, serially: mutmut cannot run under pytest-xdist)::
+
+    python tools/mutation.py grad                  # every mutant of attnsvm/grad.py
+    python tools/mutation.py gd --sample 500       # a uniform random sample of 500 mutants
+    python tools/mutation.py --list                # the modules and their test selections
+    tox -e mutation -- gd --sample 500             # the same, in tox's mutation environment
+
+What it does:
+
+1. copies the working tree (tracked and untracked-but-not-ignored files) into
+   ``build/mutation/<module>/`` so that a run never touches the checkout;
+2. writes a ``[tool.mutmut]`` section into the copy's ``pyproject.toml`` that mutates only
+   ``attnsvm/<module>.py`` and runs only that module's test selection (:data:`TESTS`; unit tests,
+   property suites in the ``ci`` profile, symbolic suites where they tie proofs to the code);
+3. generates the mutants, draws the sample (``random.Random(seed).sample`` over the sorted mutant
+   names, so a sample is reproducible from its seed), runs mutmut on exactly those;
+4. reads each mutant's outcome, subtracts the mutants judged *equivalent* in
+   ``docs/mutation/equivalent.csv`` (committed, one reason per mutant), and writes
+   ``docs/mutation/<module>.json``: counts, the score ``killed / (tried − equivalent)`` and its
+   exact (Clopper–Pearson) 95 % interval, the seed, the survivors' names.
+
+Survivors are shown with ``mutmut show NAME`` inside ``build/mutation/<module>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "mutation"
+EQUIVALENT = RESULTS / "equivalent.csv"
+
+#: Test selection per module: the tests that state the module's claims. Globs are relative to the
+#: repository root; missing files are skipped.
+TESTS: dict[str, list[str]] = {
+    "scaling": ["tests/test_scaling.py", "tests/test_strategies_scale.py"],
+    "instance": ["tests/test_instance.py", "tests/test_scale_core.py", "properties/test_bad_input.py"],
+    "attention": [
+        "tests/test_attention.py",
+        "tests/test_scale_core.py",
+        "properties/test_attention.py",
+        "properties/test_scale_core.py",
+    ],
+    "losses": ["tests/test_losses.py", "properties/test_attention.py"],
+    "grad": [
+        "tests/test_grad.py",
+        "tests/test_scale_core.py",
+        "properties/test_grad.py",
+        "properties/test_scale_core.py",
+        "properties/test_bad_input.py",
+    ],
+    "tensor": [
+        "tests/test_tensor.py",
+        "tests/test_scale_core.py",
+        "properties/test_tensor.py",
+        "properties/test_bad_input.py",
+    ],
+    "svm": [
+        "tests/test_svm.py",
+        "tests/test_svm_edges.py",
+        "tests/test_scale_svm.py",
+        "properties/test_svm.py",
+        "properties/test_scale_svm.py",
+    ],
+    "gd": [
+        "tests/test_gd.py",
+        "tests/test_scale_gd.py",
+        "properties/test_gd.py",
+        "properties/test_gd_batch.py",
+        "properties/test_scale_gd.py",
+    ],
+    "lipschitz": [
+        "tests/test_lipschitz.py",
+        "tests/test_scale_lipschitz.py",
+        "properties/test_lipschitz.py",
+        "properties/test_scale_lipschitz.py",
+    ],
+    "prompt": ["tests/test_prompt.py", "tests/test_scale_peers.py", "properties/test_scale_peers.py"],
+    "joint": ["tests/test_joint.py", "tests/test_scale_peers.py", "properties/test_scale_peers.py"],
+    "mirror": ["tests/test_mirror.py", "tests/test_scale_peers.py", "properties/test_scale_peers.py"],
+    "multitoken": ["tests/test_multitoken.py", "tests/test_scale_peers.py", "properties/test_scale_peers.py"],
+    "strategies": ["tests/test_strategies.py", "tests/test_strategies_scale.py"],
+}
+
+#: mutmut's exit-code meanings (mutmut.stats.status_by_exit_code, 3.8.1), the ones that occur.
+KILLED = {1, 3}
+SURVIVED = {0}
+TIMEOUT = {36, -24, 24, 152}
+
+
+def _copy_tree(dest: Path) -> None:
+    """Copy tracked and untracked-not-ignored files (the working tree as a user would commit it)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.split(b"\0")
+    for raw in files:
+        if not raw:
+            continue
+        rel = Path(raw.decode())
+        src = ROOT / rel
+        if not src.is_file():
+            continue  # deleted in the working tree
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel)
+
+
+def _toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(x) for x in items) + "]"
+
+
+def _configure(dest: Path, module: str, tests: list[str]) -> None:
+    """Replace the copy's ``[tool.mutmut]`` section with one for this module."""
+    text = (dest / "pyproject.toml").read_text()
+    start = text.find("[tool.mutmut]")
+    if start >= 0:
+        nxt = text.find("\n[", start + 1)
+        text = text[:start] + (text[nxt + 1 :] if nxt >= 0 else "")
+    text += (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["attnsvm"]\n'
+        f'only_mutate = ["attnsvm/{module}.py"]\n'
+        f'also_copy = ["conftest.py", "properties/", "tests/", "symbolic/"]\n'
+        'pytest_add_cli_args = ["-p", "no:xdist", "-p", "no:cacheprovider", "-p", "no:randomly", "-q"]\n'
+        f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
+        # torch is not fork-safe after use: fork each mutant's worker from a clean server process.
+        'process_isolation = "forkserver"\n'
+    )
+    (dest / "pyproject.toml").write_text(text)
+
+
+def _generate(dest: Path) -> list[str]:
+    """Generate the mutants (no tests run) and return their names, sorted."""
+    code = (
+        "from mutmut.__main__ import copy_src_dir, copy_also_copy_files, setup_source_paths, create_mutants\n"
+        "from mutmut.__main__ import set_mutant_under_test\n"
+        "import os\n"
+        "os.makedirs('mutants', exist_ok=True)\n"
+        "set_mutant_under_test('mutant_generation')\n"
+        "copy_src_dir(); copy_also_copy_files(); setup_source_paths(); create_mutants(2)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=dest, check=True)
+    return sorted(_exit_codes(dest))
+
+
+def _exit_codes(dest: Path) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for meta in (dest / "mutants").rglob("*.meta"):
+        out.update(json.loads(meta.read_text())["exit_code_by_key"])
+    return out
+
+
+def _equivalent(module: str) -> dict[str, str]:
+    if not EQUIVALENT.exists():
+        return {}
+    with EQUIVALENT.open(newline="") as fh:
+        return {row["mutant"]: row["reason"] for row in csv.DictReader(fh) if row["module"] == module}
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact binomial confidence interval for ``k`` successes in ``n`` trials."""
+    from scipy.stats import beta
+
+    if n == 0:
+        return (0.0, 1.0)
+    a = (1 - level) / 2
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
+    return lo, hi
+
+
+def run(module: str, *, sample: int | None, seed: int, children: int) -> dict[str, object]:
+    tests = [t for t in TESTS[module] if (ROOT / t).exists()]
+    dest = ROOT / "build" / "mutation" / module
+    _copy_tree(dest)
+    _configure(dest, module, tests)
+    names = _generate(dest)
+    chosen = names if sample is None or sample >= len(names) else sorted(random.Random(seed).sample(names, sample))
+    print(f"{module}: {len(names)} mutants, running {len(chosen)} (seed {seed}); tests: {' '.join(tests)}", flush=True)
+    env = dict(os.environ, ATTNSVM_HYPOTHESIS_PROFILE="ci", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    t0 = time.time()
+    # mutmut takes the names as arguments; pass them in chunks that fit a command line.
+    subprocess.run(["mutmut", "run", "--max-children", str(children), *chosen], cwd=dest, env=env, check=False)
+    elapsed = time.time() - t0
+    codes = _exit_codes(dest)
+    outcome = {name: codes.get(name) for name in chosen}
+    equivalent = _equivalent(module)
+    killed = sorted(n for n, c in outcome.items() if c in KILLED or c in TIMEOUT)
+    survived = sorted(n for n, c in outcome.items() if c not in KILLED and c not in TIMEOUT)
+    judged = sorted(n for n in survived if n in equivalent)
+    live = [n for n in survived if n not in equivalent]
+    denom = len(killed) + len(live)
+    lo, hi = clopper_pearson(len(killed), denom)
+    doc: dict[str, object] = {
+        "module": f"attnsvm/{module}.py",
+        "mutants_total": len(names),
+        "tried": len(chosen),
+        "sample_seed": None if len(chosen) == len(names) else seed,
+        "killed": len(killed),
+        "survived": len(survived),
+        "equivalent": len(judged),
+        "score": (len(killed) / denom) if denom else None,
+        "score_ci95": [lo, hi],
+        "live_survivors": live,
+        "untested": sorted(n for n, c in outcome.items() if c in (33, 5, None)),
+        "tests": tests,
+        "seconds": round(elapsed, 1),
+        "mutmut": "3.8.1",
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{module}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    score = f"{100 * doc['score']:.1f} %" if doc["score"] is not None else "n/a"
+    print(
+        f"{module}: killed {len(killed)}, survived {len(survived)} ({len(judged)} judged equivalent), "
+        f"score {score} [95 % CI {100 * lo:.1f}–{100 * hi:.1f} %], {elapsed:.0f} s"
+    )
+    for n in live:
+        print("  live survivor:", n)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("modules", nargs="*", help=f"modules of attnsvm/ to mutate: {', '.join(TESTS)}")
+    p.add_argument("--sample", type=int, default=None, help="uniform random sample size (default: every mutant)")
+    p.add_argument("--seed", type=int, default=20261201, help="seed of the sample (default: 20261201)")
+    p.add_argument("--children", type=int, default=2, help="parallel mutmut workers (default: 2)")
+    p.add_argument("--list", action="store_true", help="print the modules and their test selections")
+    args = p.parse_args(argv)
+    if args.list or not args.modules:
+        for m, t in TESTS.items():
+            print(f"{m:12s} {' '.join(t)}")
+        return 0
+    unknown = [m for m in args.modules if m not in TESTS]
+    if unknown:
+        p.error(f"unknown module(s) {unknown}; choose from {', '.join(TESTS)}")
+    live = 0
+    for m in args.modules:
+        doc = run(m, sample=args.sample, seed=args.seed, children=args.children)
+        live += len(doc["live_survivors"])  # type: ignore[arg-type]
+    return 1 if live else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
