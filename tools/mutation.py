@@ -190,13 +190,20 @@ def run(module: str, *, sample: int | None, seed: int, children: int) -> dict[st
     _copy_tree(dest)
     _configure(dest, module, tests)
     names = _generate(dest)
-    chosen = names if sample is None or sample >= len(names) else sorted(random.Random(seed).sample(names, sample))
-    print(f"{module}: {len(names)} mutants, running {len(chosen)} (seed {seed}); tests: {' '.join(tests)}", flush=True)
+    chosen = (
+        names if sample is None or sample >= len(names) else sorted(random.Random(seed).sample(names, sample))
+    )
+    print(
+        f"{module}: {len(names)} mutants, running {len(chosen)} (seed {seed}); tests: {' '.join(tests)}",
+        flush=True,
+    )
     env = dict(os.environ, ATTNSVM_HYPOTHESIS_PROFILE="ci", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env["OPENBLAS_NUM_THREADS"] = "1"
     t0 = time.time()
-    # mutmut takes the names as arguments; pass them in chunks that fit a command line.
-    subprocess.run(["mutmut", "run", "--max-children", str(children), *chosen], cwd=dest, env=env, check=False)
+    # mutmut takes the names as arguments (a few thousand names fit in a Linux command line).
+    subprocess.run(
+        ["mutmut", "run", "--max-children", str(children), *chosen], cwd=dest, env=env, check=False
+    )
     elapsed = time.time() - t0
     codes = _exit_codes(dest)
     outcome = {name: codes.get(name) for name in chosen}
@@ -238,7 +245,9 @@ def run(module: str, *, sample: int | None, seed: int, children: int) -> dict[st
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("modules", nargs="*", help=f"modules of attnsvm/ to mutate: {', '.join(TESTS)}")
-    p.add_argument("--sample", type=int, default=None, help="uniform random sample size (default: every mutant)")
+    p.add_argument(
+        "--sample", type=int, default=None, help="uniform random sample size (default: every mutant)"
+    )
     p.add_argument("--seed", type=int, default=20261201, help="seed of the sample (default: 20261201)")
     p.add_argument("--children", type=int, default=2, help="parallel mutmut workers (default: 2)")
     p.add_argument("--list", action="store_true", help="print the modules and their test selections")
