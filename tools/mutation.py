@@ -213,6 +213,7 @@ def run(module: str, *, sample: int | None, seed: int, children: int) -> dict[st
     judged = sorted(n for n in survived if n in equivalent)
     live = [n for n in survived if n not in equivalent]
     denom = len(killed) + len(live)
+    ratio = len(killed) / denom if denom else None
     lo, hi = clopper_pearson(len(killed), denom)
     doc: dict[str, object] = {
         "module": f"attnsvm/{module}.py",
@@ -222,7 +223,7 @@ def run(module: str, *, sample: int | None, seed: int, children: int) -> dict[st
         "killed": len(killed),
         "survived": len(survived),
         "equivalent": len(judged),
-        "score": (len(killed) / denom) if denom else None,
+        "score": ratio,
         "score_ci95": [lo, hi],
         "live_survivors": live,
         "untested": sorted(n for n, c in outcome.items() if c in (33, 5, None)),
@@ -232,7 +233,7 @@ def run(module: str, *, sample: int | None, seed: int, children: int) -> dict[st
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{module}.json").write_text(json.dumps(doc, indent=2) + "\n")
-    score = f"{100 * doc['score']:.1f} %" if doc["score"] is not None else "n/a"
+    score = f"{100 * ratio:.1f} %" if ratio is not None else "n/a"
     print(
         f"{module}: killed {len(killed)}, survived {len(survived)} ({len(judged)} judged equivalent), "
         f"score {score} [95 % CI {100 * lo:.1f}–{100 * hi:.1f} %], {elapsed:.0f} s"
