@@ -20,6 +20,11 @@ Both SVMs are min-norm problems solved by the certified solver on their Gram mat
 The ``v`` direction is computed in the log domain (``log|ℓ'_i| + log s_it`` factored out), so it
 stays exact when ``ℓ'`` underflows at large margins.
 
+Scale: keys, values and SVM rows are power-of-two mantissas with separate exponents (the
+helpers of :mod:`attnsvm.prompt`); answers are put back exactly or refused by name when they are
+not normal doubles. The joint engine treats a block as zero only when it is exactly zero (all
+values equal within each sequence, or a zero ``∇_v L``), never on a range error.
+
 References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (joint (v, p) training, relaxed SVM).
 """
 
@@ -33,23 +38,33 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .attention import log_softmax
 from .errors import InvalidInstanceError, NumericalError
 from .grad import GradDirection, signed_log_derivative
 from .instance import Instance, as_real_array
 from .losses import LossLike, get_loss
 from .prompt import (
+    GRAD_LOW_BITS,
+    PromptData,
     _cos,
+    _tokens,
     check_lr,
     check_prompt,
     check_steps,
-    keys_of,
+    keys_mantissa,
+    mantissa,
+    norm2,
     normalized_prompt_grad_of,
     prompt_constraint_rows,
     prompt_grad_of,
+    prompt_log_attention,
+    prompt_risk_of,
+    put_back,
     record_steps,
+    scaled_alpha,
     solve_min_norm_or_raise,
+    values_mantissa,
 )
+from .scaling import range_error
 from .svm import KKTResiduals
 
 __all__ = [
@@ -74,75 +89,101 @@ def _check_head(inst: Instance, v: ArrayLike, name: str = "v") -> FloatArray:
 
 
 # ==================================================================== array forms
-def _forward(X: FloatArray, keys: FloatArray, v: FloatArray, p: FloatArray) -> tuple[FloatArray, FloatArray]:
-    log_s = log_softmax(keys @ p)
-    f = np.sum(np.exp(log_s) * (X @ v), axis=1)
-    return log_s, f
+_LN2 = math.log(2.0)
 
 
-def joint_risk_of(
-    X: FloatArray, keys: FloatArray, Y: FloatArray, v: FloatArray, p: FloatArray, loss: Any
-) -> float:
-    """Array form of :func:`joint_risk`."""
-    _, f = _forward(X, keys, v, p)
-    r = float(np.mean(loss.value(Y * f)))
-    if not math.isfinite(r):
-        raise NumericalError("the joint risk is not finite; rescale the data or use the logistic loss")
-    return r
+class _ZeroGradient(NumericalError):
+    """``∇_v L`` is exactly zero (not a range error): the engine leaves ``v`` unchanged."""
+
+
+def joint_data(ks: FloatArray, K: int, X: FloatArray, v: FloatArray) -> PromptData:
+    """Keys (mantissa ``ks``, exponent ``K``) with the values ``vᵀx_it`` of the current head."""
+    As, A = values_mantissa(X, v)
+    return PromptData(ks, K, As, A)
+
+
+def _v_weights(data: PromptData, Y: FloatArray, p: FloatArray, loss: Any) -> tuple[FloatArray, FloatArray]:
+    """``(log s, u)``: log attention and margins ``u = Y f`` (refused when ``f`` overflows)."""
+    log_s = prompt_log_attention(data, p)
+    fs = np.sum(np.exp(log_s) * data.As, axis=1)
+    with np.errstate(over="ignore"):
+        u = np.ldexp(Y * fs, data.A)
+    if not np.all(np.isfinite(u)):
+        raise range_error("the joint outputs f_i", math.log(float(np.max(np.abs(fs)))) + data.A * _LN2)
+    return log_s, u
 
 
 def normalized_v_grad_of(
-    X: FloatArray, keys: FloatArray, Y: FloatArray, v: FloatArray, p: FloatArray, loss: Any
+    X: FloatArray, data: PromptData, Y: FloatArray, p: FloatArray, loss: Any
 ) -> GradDirection:
     """Unit ``∇_v L/||∇_v L||`` and ``log||∇_v L||``, from log-magnitudes.
 
     ``∇_v L = (1/n) Σ_it ℓ'_i Y_i s_it x_it``; the weights' logs ``log|ℓ'_i| + log s_it`` are
     shifted by their maximum before exponentiating, so the direction stays exact when ``ℓ'``
-    and the small attention weights underflow.
+    and the small attention weights underflow; the tokens enter as a power-of-two mantissa
+    ``x = 2^ex·x'`` (``log||∇_v L||`` gets ``ex·log 2``).
     """
     n = X.shape[0]
-    log_s, f = _forward(X, keys, v, p)
-    sign_l, log_l = signed_log_derivative(loss, Y * f)
+    Xs, ex = mantissa(X)
+    log_s, u = _v_weights(data, Y, p, loss)
+    sign_l, log_l = signed_log_derivative(loss, u)
     log_w = log_l[:, None] + log_s - math.log(n)
     sign_w = np.broadcast_to((sign_l * Y)[:, None], log_w.shape)
     live = np.isfinite(log_w) & (sign_w != 0)
     if not np.any(live):
-        raise NumericalError(
+        raise _ZeroGradient(
             "∇_v L is exactly zero (zero loss derivative everywhere); the direction is undefined"
         )
     top = float(np.max(log_w[live]))
     scaled = np.where(live, sign_w * np.exp(np.where(live, log_w, top) - top), 0.0)  # log-domain
-    G = np.einsum("nt,ntd->d", scaled, X)
+    G = np.einsum("nt,ntd->d", scaled, Xs)
     m = float(np.max(np.abs(G)))
     if not m > 0:
-        raise NumericalError(
+        raise _ZeroGradient(
             "∇_v L is exactly zero (the inputs' contributions cancel); the direction is undefined"
         )
     Gs = G / m
     nrm = float(np.sqrt(np.sum(Gs * Gs)))
-    return GradDirection(Gs / nrm, top + math.log(m) + math.log(nrm))
+    return GradDirection(Gs / nrm, top + math.log(m) + math.log(nrm) + ex * _LN2)
 
 
-def v_grad_of(
-    X: FloatArray, keys: FloatArray, Y: FloatArray, v: FloatArray, p: FloatArray, loss: Any
-) -> FloatArray:
-    """``∇_v L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i X_iᵀ s_i``, shape ``(d,)``."""
-    log_s, f = _forward(X, keys, v, p)
-    dl = np.asarray(loss.derivative(Y * f), dtype=np.float64)
-    return np.einsum("nt,ntd->d", (dl * Y)[:, None] * np.exp(log_s), X) / X.shape[0]
+def v_grad_of(X: FloatArray, data: PromptData, Y: FloatArray, p: FloatArray, loss: Any) -> FloatArray:
+    """``∇_v L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i X_iᵀ s_i``, shape ``(d,)``.
+
+    Formed on the token mantissa and put back by ``2^ex``; rebuilt from the log-domain direction
+    when the rescaled sum is small enough to have lost digits to underflow.
+    """
+    Xs, ex = mantissa(X)
+    log_s, u = _v_weights(data, Y, p, loss)
+    dl = np.asarray(loss.derivative(u), dtype=np.float64)
+    G = np.einsum("nt,ntd->d", (dl * Y)[:, None] * np.exp(log_s), Xs) / X.shape[0]
+    big = float(np.max(np.abs(G)))
+    if big == 0.0 or big >= 2.0**GRAD_LOW_BITS:
+        return put_back(G, ex, "the head gradient ∇_v L")
+    D = normalized_v_grad_of(X, data, Y, p, loss)
+    k = math.floor(D.log_norm / _LN2)
+    return put_back(D.direction * math.exp(D.log_norm - k * _LN2), k, "the head gradient ∇_v L")
 
 
 # ====================================================================== public
+def _data(inst: Instance, W: ArrayLike, v: FloatArray) -> PromptData:
+    ks, K = keys_mantissa(inst.X, inst.check_weights(W))
+    return joint_data(ks, K, inst.X, v)
+
+
 def joint_risk(
     inst: Instance, W: ArrayLike, v: ArrayLike, p: ArrayLike, loss: "str | LossLike" = "logistic"
 ) -> float:
     """Risk ``L(v, p) = (1/n) Σ_i ℓ(Y_i vᵀX_iᵀ softmax(X_i W p))``.
 
+    Scale: any finite data; to a few ulps relative; raises :class:`NumericalError` when ``f`` or
+    the risk overflows, or a logistic/exponential risk is below 2.2e-308.
+
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
     """
     lo = get_loss(loss)
-    keys = keys_of(inst.X, inst.check_weights(W))
-    return joint_risk_of(inst.X, keys, inst.Y, _check_head(inst, v), check_prompt(inst, p), lo)
+    va, pa = _check_head(inst, v), check_prompt(inst, p)
+    return prompt_risk_of(_data(inst, W, va), inst.Y, pa, lo, "the joint risk L(v, p)")
 
 
 def joint_grads(
@@ -153,24 +194,32 @@ def joint_grads(
     ``∇_v L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i X_iᵀ s_i``; ``∇_p L`` as :func:`attnsvm.prompt.prompt_grad`
     with head ``v`` (cancellation-free).
 
+    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; each to ``≲ nT·eps`` relative to
+    its largest entry; raises :class:`NumericalError` when either largest entry is not a normal
+    double (use :func:`normalized_joint_grads`).
+
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
     """
     lo = get_loss(loss)
-    keys = keys_of(inst.X, inst.check_weights(W))
     va, pa = _check_head(inst, v), check_prompt(inst, p)
-    return v_grad_of(inst.X, keys, inst.Y, va, pa, lo), prompt_grad_of(keys, inst.Y, inst.X @ va, pa, lo)
+    data = _data(inst, W, va)
+    return v_grad_of(inst.X, data, inst.Y, pa, lo), prompt_grad_of(data, inst.Y, pa, lo)
 
 
 def normalized_joint_grads(
     inst: Instance, W: ArrayLike, v: ArrayLike, p: ArrayLike, loss: "str | LossLike" = "logistic"
 ) -> tuple[GradDirection, GradDirection]:
-    """Separately normalized directions of ``∇_v L`` and ``∇_p L`` (log-domain), each with its log-norm."""
+    """Separately normalized directions of ``∇_v L`` and ``∇_p L`` (log-domain), each with its log-norm.
+
+    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; directions to ``≲ nT·eps`` per
+    entry; never over/underflows (raises :class:`NumericalError` only for an exactly zero block).
+    """
     lo = get_loss(loss)
-    keys = keys_of(inst.X, inst.check_weights(W))
     va, pa = _check_head(inst, v), check_prompt(inst, p)
+    data = _data(inst, W, va)
     return (
-        normalized_v_grad_of(inst.X, keys, inst.Y, va, pa, lo),
-        normalized_prompt_grad_of(keys, inst.Y, inst.X @ va, pa, lo),
+        normalized_v_grad_of(inst.X, data, inst.Y, pa, lo),
+        normalized_prompt_grad_of(data, inst.Y, pa, lo),
     )
 
 
@@ -214,7 +263,11 @@ def solve_joint_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None
     """The v-SVM ``min ||v|| s.t. Y_i vᵀx_iα_i ≥ 1``, its support inputs ``S`` and the relaxed p-SVM.
 
     Relaxed p-SVM: ``min ||p|| s.t. (k_iα_i − k_it)ᵀ p ≥ 1`` for ``i ∈ S`` and ``≥ 0`` for ``i ∉ S``,
-    ``k_it = Wᵀx_it``. Both are solved exactly (certified min-norm solver).
+    ``k_it = Wᵀx_it``. Both are solved exactly (certified min-norm solver), on power-of-two
+    mantissas of their rows.
+
+    Scale: any finite data (``v_mm(cX) = v_mm/c``, ``p_relax(cX) = p_relax/c``, multipliers
+    ``/c²``); raises :class:`NumericalError` when a solution, row or multiplier is not a normal double.
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (joint training theorem).
 
@@ -230,27 +283,31 @@ def solve_joint_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None
       InfeasibleSVMError: when either SVM has no feasible point (e.g. a zero selected token).
     """
     Wa = inst.check_weights(W)
-    a = inst.check_alpha(alpha)
+    a = scaled_alpha(inst, alpha)
     n = inst.n
-    sel = inst.Y[:, None] * inst.X[np.arange(n), a]  # rows Y_i x_iα_i, (n, d)
+    # Both SVMs on power-of-two mantissas of their rows: rows = 2^E·rows' gives the solution
+    # 2^−E·x' and the multipliers 2^−2E·λ' (exact), so nothing over/underflows in the Gram matrix.
+    Xs, ex = mantissa(inst.X)
+    sel, es = mantissa(inst.Y[:, None] * Xs[np.arange(n), a])  # rows Y_i x_iα_i, (n, d)
+    E = ex + es
     pairs_v = np.stack([np.arange(n), a], axis=1).astype(np.intp)
     sv = solve_min_norm_or_raise(sel, np.ones(n), None, pairs_v, "v-SVM")
-    v = sel.T @ sv.multipliers
+    vs = sel.T @ sv.multipliers
     S = np.array(sorted(int(i) for i in sv.support), dtype=np.intp)
-    rows, pairs = prompt_constraint_rows(inst, Wa, a)
+    rows, R, pairs = prompt_constraint_rows(inst, Wa, a)
     bp = np.isin(pairs[:, 0], S).astype(np.float64)
     sp = solve_min_norm_or_raise(rows, bp, None, pairs, "relaxed p-SVM")
-    p = rows.T @ sp.multipliers
+    ps = rows.T @ sp.multipliers
     return JointSVMSolution(
-        v=v,
-        v_duals=sv.multipliers,
-        v_margins=sel @ v,
+        v=put_back(vs, -E, "the v-SVM solution v_mm"),
+        v_duals=put_back(np.asarray(sv.multipliers), -2 * E, "the v-SVM multipliers"),
+        v_margins=sel @ vs,  # scale-invariant
         support_inputs=S,
-        p=p,
-        p_duals=sp.multipliers,
-        p_rows=rows,
+        p=put_back(ps, -R, "the relaxed p-SVM solution p_relax"),
+        p_duals=put_back(np.asarray(sp.multipliers), -2 * R, "the relaxed p-SVM multipliers"),
+        p_rows=put_back(rows, R, "the relaxed p-SVM rows Δk_it"),
         p_pairs=pairs,
-        p_margins=rows @ p,
+        p_margins=rows @ ps,  # scale-invariant
         p_support=[(int(i), int(t)) for i, t in pairs[sp.support]],
         alpha=a,
         kkt_v=sv.kkt,
@@ -324,6 +381,10 @@ def run_joint_gd(
       record_at: ``None`` (log-spaced), an interval, or a list of steps.
       v_reference, p_reference: ``(d,)`` directions for ``v_corr`` and ``p_corr``.
 
+    Scale: any finite data; equivariant (``X → cX``, ``v0 → v0/c``, ``p0 → p0/c``,
+    ``lr → lr/c`` gives ``(v_t, p_t)/c``); raises :class:`NumericalError` naming the step when a
+    gradient (plain GD), an iterate or a recorded risk is not a normal double.
+
     Returns:
       :class:`JointTrajectory`.
     """
@@ -337,42 +398,49 @@ def run_joint_gd(
     pr = None if p_reference is None else check_prompt(inst, p_reference, "p_reference")
     at = set(int(s) for s in record_steps(record_at, steps))
     X, Y = inst.X, inst.Y
-    keys = keys_of(X, Wa)
+    ks, K = keys_mantissa(X, Wa)
     rec: list[JointRecord] = []
 
     def record(t: int) -> None:
-        rec.append(
-            JointRecord(
-                t,
-                float(np.linalg.norm(v)),
-                float(np.linalg.norm(p)),
-                joint_risk_of(X, keys, Y, v, p, lo),
-                np.argmax(keys @ p, axis=1).astype(np.intp),
-                _cos(v, vr) if vr is not None else math.nan,
-                _cos(p, pr) if pr is not None else math.nan,
+        data = joint_data(ks, K, X, v)
+        try:
+            rec.append(
+                JointRecord(
+                    t,
+                    norm2(v, "||v||"),
+                    norm2(p, "||p||"),
+                    prompt_risk_of(data, Y, p, lo, "the joint risk L(v, p)"),
+                    _tokens(data, p),
+                    _cos(v, vr) if vr is not None else math.nan,
+                    _cos(p, pr) if pr is not None else math.nan,
+                )
             )
-        )
+        except NumericalError as exc:
+            raise NumericalError(f"joint GD, record at step {t}: {exc}") from exc
 
     if 0 in at:
         record(0)
     for t in range(1, steps + 1):
-        if normalized:
-            try:
-                gv = normalized_v_grad_of(X, keys, Y, v, p, lo).direction
-            except NumericalError:
-                gv = np.zeros_like(v)
-            try:
-                gp = normalized_prompt_grad_of(keys, Y, X @ v, p, lo).direction
-            except NumericalError:
-                gp = np.zeros_like(p)
-            if not (np.any(gv) or np.any(gp)):
-                raise NumericalError(
-                    f"joint GD at step {t}: both gradients are exactly zero; (v, p) is stationary"
-                )
-        else:
-            gv = v_grad_of(X, keys, Y, v, p, lo)
-            gp = prompt_grad_of(keys, Y, X @ v, p, lo)
-        v, p = v - lr * gv, p - lr * gp
+        data = joint_data(ks, K, X, v)
+        # ∇_p L is exactly zero when every sequence's values are equal (e.g. v = 0): that block
+        # is left unchanged. Any other failure (a range error) is raised, never read as zero.
+        p_zero = bool(np.all(data.As == data.As[:, :1]))
+        try:
+            if normalized:
+                try:
+                    gv = normalized_v_grad_of(X, data, Y, p, lo).direction
+                except _ZeroGradient:
+                    gv = np.zeros_like(v)
+                gp = np.zeros_like(p) if p_zero else normalized_prompt_grad_of(data, Y, p, lo).direction
+                if not (np.any(gv) or np.any(gp)):
+                    raise NumericalError("both gradients are exactly zero; (v, p) is stationary")
+            else:
+                gv = v_grad_of(X, data, Y, p, lo)
+                gp = np.zeros_like(p) if p_zero else prompt_grad_of(data, Y, p, lo)
+        except NumericalError as exc:
+            raise NumericalError(f"joint GD at step {t}: {exc}") from exc
+        with np.errstate(over="ignore"):
+            v, p = v - lr * gv, p - lr * gp
         if not (np.all(np.isfinite(v)) and np.all(np.isfinite(p))):
             raise NumericalError(f"joint GD diverged at step {t}: v or p became non-finite; lower lr")
         if t in at:

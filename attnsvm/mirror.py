@@ -30,6 +30,12 @@ iterate ``b``,
 summed entrywise (every entry's term is ≥ 0 by Young's inequality); for ``p = 2`` it is
 ``1 − cos(a, b)``.
 
+Scale: ``ψ`` is homogeneous (``∇ψ`` of degree ``p − 1``, its inverse of degree ``1/(p−1)``,
+``||·||_p`` of degree 1, ``D_ψ`` of the unit directions of degree 0). The maps refuse an entry whose
+image leaves float64's normal range (decided from ``(p−1)·log|W|`` before the power); norms and
+unit directions come from power-of-two mantissas; the ℓp-SVM is solved on the row mantissa
+(``W_p(2^j X, 2^j z) = 2^−2j W_p``) and the engine's direction on rescaled data.
+
 References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581 (ℓp-AttGD, ℓp-Att-SVM, Bregman
 metric); Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (the ``p = 2`` case).
 """
@@ -47,9 +53,20 @@ from numpy.typing import ArrayLike, NDArray
 from .attention import logits_of
 from .errors import AttnSVMError, InfeasibleSVMError, NumericalError, SolverError
 from .gd import check_lr, check_steps, record_steps
-from .grad import normalized_risk_grad_of, risk_grad_of, risk_of
 from .instance import Instance, as_real_array
 from .losses import LossLike, get_loss
+from .prompt import (
+    core_direction,
+    core_grad,
+    core_risk,
+    effective_weights,
+    mantissa,
+    put_back,
+    scaled_alpha,
+    scaled_core,
+    values_mantissa,
+)
+from .scaling import FLOAT_MAX, FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, range_error
 from .tensor import svm_constraints, svm_rows
 
 __all__ = [
@@ -106,39 +123,86 @@ def _signed_pow(U: FloatArray, e: float) -> FloatArray:
     return np.sign(U) * np.abs(U) ** e
 
 
+_LN2 = math.log(2.0)
+
+
+def _checked_signed_pow(U: FloatArray, e: float, what: str) -> FloatArray:
+    """``sign(U)|U|^e`` entrywise, refused when a nonzero entry's image is not a normal double.
+
+    ``log|U|^e = e·log|U|`` decides before the power is taken, so an entry that would overflow
+    or fall into the subnormal band (losing digits) raises instead of returning Inf or 0.
+    """
+    nz = U != 0
+    if np.any(nz):
+        with np.errstate(divide="ignore"):
+            logs = e * np.log(np.abs(U[nz]))
+        hi, lo = float(np.max(logs)), float(np.min(logs))
+        if hi > LOG_FLOAT_MAX:
+            raise range_error(f"an entry of {what}", hi)
+        if lo < LOG_FLOAT_TINY:
+            raise range_error(f"an entry of {what}", lo)
+    with np.errstate(over="ignore", under="ignore"):
+        out = _signed_pow(U, e)
+    big = np.abs(out[nz])
+    if big.size and (not np.all(np.isfinite(big)) or float(np.min(big)) < FLOAT_TINY):  # the ends, rounded
+        raise range_error(f"an entry of {what}", float(np.max(e * np.log(np.abs(U[nz])))))
+    return out
+
+
 def mirror_map(W: ArrayLike, p_norm: float) -> FloatArray:
     """``∇ψ(W) = sign(W) ⊙ |W|^{p−1}``, entrywise.
+
+    Scale: homogeneous of degree ``p − 1``; every entry to a few ulps relative (``pow``); raises
+    :class:`NumericalError` when a nonzero entry's image ``|W_ij|^{p−1}`` is not a normal double.
 
     References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581.
     """
     p = check_p_norm(p_norm)
-    return _signed_pow(as_real_array(W, "W"), p - 1.0)
+    return _checked_signed_pow(as_real_array(W, "W"), p - 1.0, "the mirror map ∇ψ(W) = sign(W)|W|^(p−1)")
 
 
 def inverse_mirror_map(U: ArrayLike, p_norm: float) -> FloatArray:
     """``(∇ψ)^{-1}(U) = sign(U) ⊙ |U|^{1/(p−1)} = sign(U) ⊙ |U|^{q−1}``, entrywise.
 
+    Scale: homogeneous of degree ``1/(p − 1)``; every entry to a few ulps relative; raises
+    :class:`NumericalError` when a nonzero entry's image is not a normal double.
+
     References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581.
     """
     p = check_p_norm(p_norm)
-    return _signed_pow(as_real_array(U, "U"), 1.0 / (p - 1.0))
+    return _checked_signed_pow(
+        as_real_array(U, "U"), 1.0 / (p - 1.0), "the inverse mirror map sign(U)|U|^(1/(p−1))"
+    )
+
+
+def _lp_norm(Wa: FloatArray, p: float) -> tuple[float, int]:
+    """``||W||_p = m·2^e`` as ``(m, e)``, from the power-of-two mantissa (no overflow, no underflow
+    of the largest terms; entries below ``2^−1074·max`` relative drop out, far below eps)."""
+    Ws, e = mantissa(Wa)
+    if not np.any(Ws != 0):
+        return 0.0, 0
+    with np.errstate(under="ignore"):
+        return float(np.sum(np.abs(Ws) ** p)) ** (1.0 / p), e
 
 
 def lp_norm(W: ArrayLike, p_norm: float) -> float:
-    """Entrywise ``||W||_p = (Σ|W_ij|^p)^{1/p}``, computed on ``W/max|W|`` (no overflow)."""
+    """Entrywise ``||W||_p = (Σ|W_ij|^p)^{1/p}``, computed on a power-of-two mantissa of ``W``.
+
+    Scale: homogeneous of degree 1 (``||cW||_p = c||W||_p``); to a few ulps relative; raises
+    :class:`NumericalError` when the norm of a nonzero ``W`` is not a normal double.
+    """
     p = check_p_norm(p_norm)
-    Wa = as_real_array(W, "W")
-    m = float(np.max(np.abs(Wa), initial=0.0))
-    if m == 0:
+    m, e = _lp_norm(as_real_array(W, "W"), p)
+    if m == 0.0:
         return 0.0
-    return m * float(np.sum((np.abs(Wa) / m) ** p)) ** (1.0 / p)  # scaled: |W|^p may overflow
+    return float(put_back(np.array([m]), e, "the ℓp norm ||W||_p")[0])
 
 
 def _unit_lp(W: FloatArray, p: float, name: str) -> FloatArray:
-    n = lp_norm(W, p)
-    if not n > 0:
+    m, e = _lp_norm(W, p)
+    if not m > 0:
         raise AttnSVMError(f"{name} is zero; it has no direction")
-    return W / n
+    return np.ldexp(W, -e) / m  # W/||W||_p without forming ||W||_p (exact power-of-two step)
 
 
 def bregman_divergence(reference: ArrayLike, W: ArrayLike, p_norm: float) -> float:
@@ -149,6 +213,9 @@ def bregman_divergence(reference: ArrayLike, W: ArrayLike, p_norm: float) -> flo
     for ``p = 2``. Summed entrywise over the nonnegative terms
     ``(1/p)|a|^p + ((p−1)/p)|b|^p − sign(b)|b|^{p−1}a`` (Young), so the total never goes negative;
     its absolute accuracy is ~1e-16 per entry.
+
+    Scale: any finite nonzero arrays (scale-invariant in each argument; the unit directions come
+    from power-of-two mantissas, so no norm over/underflows); absolute accuracy ~1e-16 per entry.
 
     References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581 (convergence metric).
 
@@ -166,7 +233,8 @@ def bregman_divergence(reference: ArrayLike, W: ArrayLike, p_norm: float) -> flo
     if A.shape != B.shape:
         raise AttnSVMError(f"reference and W must have the same shape; got {A.shape} and {B.shape}")
     a, b = _unit_lp(A, p, "reference"), _unit_lp(B, p, "W")
-    terms = np.abs(a) ** p / p + (p - 1.0) / p * np.abs(b) ** p - _signed_pow(b, p - 1.0) * a
+    with np.errstate(under="ignore"):  # terms below 2^−1074 are 0 to the stated absolute accuracy
+        terms = np.abs(a) ** p / p + (p - 1.0) / p * np.abs(b) ** p - _signed_pow(b, p - 1.0) * a
     return float(np.sum(np.maximum(terms, 0.0)))  # each term ≥ 0 exactly; clip rounding
 
 
@@ -245,7 +313,12 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
 
     cvxpy (``pnorm``, Clarabel; any status other than ``optimal`` raises :class:`SolverError`),
     feasibility restored by ``W / min(1, min margin)``, then the Newton active-set polish and the
-    Hölder duality-gap certificate described in the module docstring.
+    Hölder duality-gap certificate described in the module docstring. Solved on a power-of-two
+    mantissa of the rows: ``W_p(cX, cz) = W_p(X, z)/c²``, multipliers ``/c^{2p}``.
+
+    Scale: any finite data; ``W`` to the solver's accuracy (gap ≲ 1e-8, ~1e-13 polished); raises
+    :class:`NumericalError` when ``max|W_p|``, the objective or the largest multiplier is not a
+    normal double.
 
     References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581 (ℓp-Att-SVM).
 
@@ -265,8 +338,16 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
 
     p = check_p_norm(p_norm)
     q = p / (p - 1.0)
-    c = svm_constraints(inst, alpha)
-    A = svm_rows(inst, c.alpha)  # (m, d²), row · vec(W) = Δᵀ W z  (column-major vec)
+    # Scale: solved on the row mantissa. With X = 2^ex·X', z = 2^ez·z' and rows A = 2^E·A'
+    # (E = ex + ez + ea), the solution is W = 2^−E·W' and the multipliers μ = 2^−Ep·μ'
+    # (∇ψ is homogeneous of degree p − 1), so the conic solver and Newton see O(1) data.
+    Xs, ex = mantissa(inst.X)
+    zs, ez = mantissa(inst.z)
+    vs, _ = mantissa(inst.v)
+    inst_s = Instance(Xs, inst.Y, vs, zs)
+    c = svm_constraints(inst_s, scaled_alpha(inst, alpha))
+    A, ea = mantissa(svm_rows(inst_s, c.alpha))  # (m, d²), row · vec(W) = Δᵀ W z  (column-major vec)
+    E = ex + ez + ea
     m, D = A.shape
     d = inst.d
     w = cp.Variable(D)
@@ -332,18 +413,25 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
     lb = float(np.sum(mu)) / lp_norm(u, q) if np.any(u != 0) else 0.0
     S = np.flatnonzero(marg <= 1.0 + LP_SUPPORT_TOL)
     return LpSVMSolution(
-        W=wv.reshape((d, d), order="F"),
+        W=put_back(wv.reshape((d, d), order="F"), -E, "the ℓp-SVM solution W_p"),
         alpha=c.alpha,
         p_norm=p,
-        objective=obj,
-        lower_bound=lb,
-        gap=(obj - lb) / obj,
-        min_margin=float(marg.min()),
-        duals=mu,
+        objective=_put_back_real(np.array([obj]), -float(E), "the ℓp-SVM objective ||W_p||_p")[0],
+        lower_bound=_put_back_real(np.array([lb]), -float(E), "the ℓp-SVM lower bound")[0],
+        gap=(obj - lb) / obj,  # scale-invariant
+        min_margin=float(marg.min()),  # scale-invariant
+        duals=_put_back_real(mu, -E * p, "the ℓp-SVM multipliers μ"),
         support=[(int(i), int(t)) for i, t in c.pairs[S]],
         polished=polished,
         status=status,
     )
+
+
+def _put_back_real(m: FloatArray, log2_scale: float, what: str) -> FloatArray:
+    """``m·2^{log2_scale}`` for a real exponent (integer part by ``ldexp``, exact; the fraction by one
+    multiplication), refused as :func:`attnsvm.prompt.put_back`."""
+    k = math.floor(log2_scale)
+    return put_back(np.asarray(m, dtype=np.float64) * 2.0 ** (log2_scale - k), k, what)
 
 
 # ================================================================= mirror descent
@@ -411,6 +499,11 @@ def run_mirror_descent(
       reference: ``(d, d)`` direction (e.g. ``solve_lp_svm(...).W``) for the Bregman metric.
       keep_iterates: store a copy of ``W_t`` in each record.
 
+    Scale: any finite data; the normalized direction is scale-invariant (computed on power-of-two
+    mantissas), so ``X → cX``, ``z → cz``, ``v → v/c``, ``lr → lr/c^{2(p−1)}`` gives ``W_t/c²``;
+    entries of ``W`` below ``2^−1074`` flush (absolute accuracy); raises :class:`NumericalError`
+    naming the step when ``W``, a plain gradient or a recorded risk is not representable.
+
     Returns:
       :class:`MirrorTrajectory` with ``.W``.
     """
@@ -425,41 +518,62 @@ def run_mirror_descent(
         raise AttnSVMError("reference is the zero matrix; it has no direction")
     U = _signed_pow(W, p - 1.0)
     at = set(int(s) for s in record_steps(record_at, steps))
-    X, Y, z, v = inst.X, inst.Y, inst.z, inst.v
+    # The gradient and its direction come from the core model on power-of-two rescaled data
+    # (the direction is scale-invariant, the gradient put back by 2^(ex+ez+ea)).
+    Xs, ex = mantissa(inst.X)
+    zs, ez = mantissa(inst.z)
+    As, ea = values_mantissa(inst.X, inst.v)
+    sc = scaled_core(Xs, ex, zs, ez, As, ea, inst.Y, lo)
     rec: list[MirrorRecord] = []
 
     def record(t: int) -> None:
+        We = effective_weights(sc, W, "W")
         try:
-            lg = normalized_risk_grad_of(X, Y, z, v, W, lo).log_norm / math.log(10.0)
+            lg = core_direction(sc, We).log_norm / math.log(10.0)
         except NumericalError:
             lg = -math.inf
-        rec.append(
-            MirrorRecord(
-                t,
-                lp_norm(W, p),
-                risk_of(X, Y, z, v, W, lo),
-                np.argmax(logits_of(X, z, W), axis=1).astype(np.intp),
-                bregman_divergence(ref, W, p) if ref is not None and np.any(W != 0) else math.nan,
-                lg,
-                np.array(W) if keep_iterates else None,
+        try:
+            rec.append(
+                MirrorRecord(
+                    t,
+                    lp_norm(W, p),
+                    core_risk(sc, W, "the risk L(W)"),
+                    np.argmax(logits_of(Xs, zs, mantissa(W)[0]), axis=1).astype(np.intp),
+                    bregman_divergence(ref, W, p) if ref is not None and np.any(W != 0) else math.nan,
+                    lg,
+                    np.array(W) if keep_iterates else None,
+                )
             )
-        )
+        except NumericalError as exc:
+            raise NumericalError(f"mirror descent, record at step {t}: {exc}") from exc
 
     if 0 in at:
         record(0)
     for t in range(1, steps + 1):
-        if normalized:
-            try:
-                Dn = normalized_risk_grad_of(X, Y, z, v, W, lo).direction
-            except NumericalError as exc:
-                raise NumericalError(f"normalized mirror descent at step {t}: {exc}") from exc
-            g = Dn / lp_norm(Dn, q)  # ∇L/||∇L||_q = D/||D||_q: scale-free, exact after underflow
-        else:
-            g = risk_grad_of(X, Y, z, v, W, lo)
+        try:
+            We = effective_weights(sc, W, "W")
+            if normalized:
+                Dn = core_direction(sc, We).direction
+                g = Dn / lp_norm(Dn, q)  # ∇L/||∇L||_q = D/||D||_q: scale-free, exact after underflow
+            else:
+                g = core_grad(sc, We, "the risk gradient ∇L(W)")
+        except NumericalError as exc:
+            raise NumericalError(
+                f"{'normalized ' if normalized else ''}mirror descent at step {t}: {exc}"
+            ) from exc
         U = U - lr * g
-        W = _signed_pow(U, 1.0 / (p - 1.0))
-        if not np.all(np.isfinite(W)):
-            raise NumericalError(f"mirror descent diverged at step {t}: W became non-finite; lower lr")
+        with np.errstate(over="ignore", under="ignore"):
+            W = _signed_pow(U, 1.0 / (p - 1.0))
+        # W = (∇ψ)^{-1}(U) is homogeneous of degree q − 1 in U: refuse an iterate whose largest
+        # entry is not a normal double (overflow, or an all-underflowed W that would read as 0).
+        umax = float(np.max(np.abs(U)))
+        wmax = float(np.max(np.abs(W)))
+        if not math.isfinite(umax) or (umax > 0 and not FLOAT_TINY <= wmax <= FLOAT_MAX):
+            raise range_error(
+                f"mirror descent at step {t}: the iterate W = (∇ψ)^(−1)(U)",
+                math.log(umax) / (p - 1.0) if math.isfinite(umax) else math.inf,
+                remedy="Lower (overflow) or raise (underflow) lr, or rescale the data",
+            )
         if t in at:
             record(t)
     return MirrorTrajectory(W=W, U=U, p_norm=p, record=rec)

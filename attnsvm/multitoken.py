@@ -26,6 +26,10 @@ unchanged on augmented data: ``x'_it = (x_it, a_it)``, ``z'_i = (z_i, 0)``, ``v'
 ``W' = [[W, 0], [0, 0]]`` (logits ``x_itᵀ W z_i``, values ``a_it``); ``∇L(W)`` is the top-left
 ``d×d`` block of the core gradient, and the log-domain direction is renormalised on that block.
 
+Scale: logits, values, outputs, the gradient (core gradient on augmented, rescaled data) and the
+min-norm rows of the prediction are formed from power-of-two mantissas of ``X``, ``z``, ``V`` and
+``W``; answers are put back exactly or refused by name when they are not normal doubles.
+
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (nonlinear heads,
 multi-token SVM equivalence); Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
 """
@@ -40,13 +44,29 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .attention import log_softmax, logits_of
+from .attention import logits_of
 from .errors import AttnSVMError, InvalidInstanceError, NumericalError
 from .gd import direction_corr
-from .grad import GradDirection, normalized_risk_grad_of, risk_grad_of
+from .grad import GradDirection
 from .instance import Instance, as_real_array
 from .losses import LossLike, get_loss
-from .prompt import check_lr, check_steps, record_steps, solve_min_norm_or_raise
+from .prompt import (
+    ScaledCore,
+    check_lr,
+    check_steps,
+    core_direction,
+    core_grad,
+    effective_weights,
+    mantissa,
+    norm2,
+    put_back,
+    record_steps,
+    risk_value,
+    scaled_core,
+    scaled_log_softmax,
+    solve_min_norm_or_raise,
+)
+from .scaling import pow2_exponent, range_error
 from .svm import KKTResiduals, solve_svm
 
 __all__ = [
@@ -87,82 +107,100 @@ def _check_V(inst: Instance, V: ArrayLike) -> FloatArray:
 
 
 # ==================================================================== array forms
-def _values_of(X: FloatArray, V: FloatArray, log_s: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Per-sequence token values ``a_it = x_itᵀ V m_i`` and outputs ``out_i``."""
-    H = X @ V  # (n, T, k)
-    u = np.einsum("nt,ntk->nk", np.exp(log_s), H)  # Vᵀ X_iᵀ s_i
+_LN2 = math.log(2.0)
+
+
+class MTData(NamedTuple):
+    """Tokens ``x = 2^ex·Xs``, queries ``z = 2^ez·zs`` and head ``V = 2^eV·Vs`` as mantissas."""
+
+    Xs: FloatArray
+    ex: int
+    zs: FloatArray
+    ez: int
+    Vs: FloatArray
+    eV: int
+
+
+def mt_data(X: FloatArray, z: FloatArray, V: FloatArray) -> MTData:
+    """Power-of-two mantissas of ``X``, ``z``, ``V`` (exact)."""
+    Xs, ex = mantissa(X)
+    zs, ez = mantissa(z)
+    Vs, eV = mantissa(V)
+    return MTData(Xs, ex, zs, ez, Vs, eV)
+
+
+def mt_log_attention(md: MTData, W: FloatArray) -> FloatArray:
+    """``log s`` of logits ``x_itᵀ W z_i = 2^(ex+ez+ew)·(x'ᵀW'z')`` (never overflows)."""
+    Ws, ew = mantissa(W)
+    L, el = mantissa(logits_of(md.Xs, md.zs, Ws))  # |x'ᵀW'z'| ≤ d²: no overflow
+    return scaled_log_softmax(L, md.ex + md.ez + ew + el)
+
+
+def _values_of(md: MTData, log_s: FloatArray) -> tuple[FloatArray, FloatArray, int]:
+    """Token values ``a_it = x_itᵀ V m_i`` and outputs ``out_i``, both as mantissas ``· 2^(ex+eV)``."""
+    H = md.Xs @ md.Vs  # (n, T, k): x'ᵀV', |·| ≤ d
+    u = np.einsum("nt,ntk->nk", np.exp(log_s), H)  # Vᵀ X_iᵀ s_i / 2^(ex+eV): same signs
     mask = (u > 0).astype(np.float64)  # ReLU'(0) = 0
     a = np.einsum("ntk,nk->nt", H, mask)
-    return a, np.sum(np.maximum(u, 0.0), axis=1)
+    return a, np.sum(np.maximum(u, 0.0), axis=1), md.ex + md.eV
 
 
-def _augment(X: FloatArray, z: FloatArray, a: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    n, T, d = X.shape
-    Xa = np.concatenate([X, a[:, :, None]], axis=2)
-    za = np.concatenate([z, np.zeros((n, 1))], axis=1)
-    va = np.zeros(d + 1)
-    va[d] = 1.0
-    return Xa, za, va
+def mt_core(md: MTData, Y: FloatArray, W: FloatArray, loss: Any) -> tuple[ScaledCore, FloatArray]:
+    """The multi-token model at ``W`` as the rescaled core model (values frozen at ``W``) and ``W_eff``."""
+    a, _, e = _values_of(md, mt_log_attention(md, W))
+    sc = scaled_core(md.Xs, md.ex, md.zs, md.ez, a, e, Y, loss)
+    return sc, effective_weights(sc, W, "W")
 
 
-def _embed(W: FloatArray) -> FloatArray:
-    d = W.shape[0]
-    Wa = np.zeros((d + 1, d + 1))
-    Wa[:d, :d] = W
-    return Wa
-
-
-def multitoken_grad_of(
-    X: FloatArray, Y: FloatArray, z: FloatArray, V: FloatArray, W: FloatArray, loss: Any
-) -> FloatArray:
+def multitoken_grad_of(md: MTData, Y: FloatArray, W: FloatArray, loss: Any) -> FloatArray:
     """Array form of :func:`multitoken_grad`."""
-    a, _ = _values_of(X, V, log_softmax(logits_of(X, z, W)))
-    Xa, za, va = _augment(X, z, a)
-    return np.array(risk_grad_of(Xa, Y, za, va, _embed(W), loss)[: X.shape[2], : X.shape[2]])
+    sc, We = mt_core(md, Y, W, loss)
+    return core_grad(sc, We, "the multi-token gradient ∇L(W)")
 
 
-def normalized_multitoken_grad_of(
-    X: FloatArray, Y: FloatArray, z: FloatArray, V: FloatArray, W: FloatArray, loss: Any
-) -> GradDirection:
+def normalized_multitoken_grad_of(md: MTData, Y: FloatArray, W: FloatArray, loss: Any) -> GradDirection:
     """Array form of :func:`normalized_multitoken_grad`."""
-    d = X.shape[2]
-    a, _ = _values_of(X, V, log_softmax(logits_of(X, z, W)))
-    Xa, za, va = _augment(X, z, a)
-    G = normalized_risk_grad_of(Xa, Y, za, va, _embed(W), loss)
-    B = G.direction[:d, :d]
-    m = float(np.max(np.abs(B)))
-    if not m > 0:
-        raise NumericalError("the multi-token gradient is exactly zero at this W; the direction is undefined")
-    Bs = B / m  # scaled before the norm (no under/overflow)
-    nrm = float(np.sqrt(np.sum(Bs * Bs)))
-    return GradDirection(Bs / nrm, G.log_norm + math.log(m) + math.log(nrm))
+    sc, We = mt_core(md, Y, W, loss)
+    try:
+        return core_direction(sc, We)
+    except NumericalError as exc:
+        raise NumericalError(f"the multi-token gradient: {exc}") from exc
 
 
-def multitoken_risk_of(
-    X: FloatArray, Y: FloatArray, z: FloatArray, V: FloatArray, W: FloatArray, loss: Any
-) -> float:
+def multitoken_risk_of(md: MTData, Y: FloatArray, W: FloatArray, loss: Any) -> float:
     """Array form of :func:`multitoken_risk`."""
-    _, out = _values_of(X, V, log_softmax(logits_of(X, z, W)))
-    r = float(np.mean(loss.value(Y * out)))
-    if not math.isfinite(r):
-        raise NumericalError("the multi-token risk is not finite; rescale the data or use the logistic loss")
-    return r
+    _, out, e = _values_of(md, mt_log_attention(md, W))
+    with np.errstate(over="ignore"):
+        u = np.ldexp(Y * out, e)
+    if not np.all(np.isfinite(u)):
+        raise range_error("the multi-token outputs out_i", math.log(float(np.max(out))) + e * _LN2)
+    return risk_value(loss, u, "the multi-token risk L(W)")
 
 
 # ======================================================================== public
 def multitoken_output(inst: Instance, W: ArrayLike, V: ArrayLike) -> FloatArray:
     """``out_i = 1ᵀ ReLU(Vᵀ X_iᵀ softmax(X_i W z_i))``, shape ``(n,)``.
 
+    Scale: any finite data; to ``≲ (d+T)·eps·max_t Σ_k|x_itᵀV_k|`` absolute; raises
+    :class:`NumericalError` when ``max out`` is not a normal double (an all-zero output is exact).
+
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (nonlinear head).
     """
     Wa, Va = inst.check_weights(W), _check_V(inst, V)
-    return _values_of(inst.X, Va, log_softmax(logits_of(inst.X, inst.z, Wa)))[1]
+    md = mt_data(inst.X, inst.z, Va)
+    _, out, e = _values_of(md, mt_log_attention(md, Wa))
+    return put_back(out, e, "the multi-token outputs out_i")
 
 
 def multitoken_risk(inst: Instance, W: ArrayLike, V: ArrayLike, loss: "str | LossLike" = "logistic") -> float:
-    """``L(W) = (1/n) Σ_i ℓ(Y_i out_i)``."""
+    """``L(W) = (1/n) Σ_i ℓ(Y_i out_i)``.
+
+    Scale: any finite data; to a few ulps relative; raises :class:`NumericalError` when ``out`` or
+    the risk overflows, or a logistic/exponential risk is below 2.2e-308.
+    """
     lo = get_loss(loss)
-    return multitoken_risk_of(inst.X, inst.Y, inst.z, _check_V(inst, V), inst.check_weights(W), lo)
+    md = mt_data(inst.X, inst.z, _check_V(inst, V))
+    return multitoken_risk_of(md, inst.Y, inst.check_weights(W), lo)
 
 
 def multitoken_grad(
@@ -171,7 +209,12 @@ def multitoken_grad(
     """``∇L(W) = (1/n) Σ_i ℓ'(Y_i out_i) Y_i Σ_t s_it (a_it − out_i) x_it z_iᵀ``, ``a_it = x_itᵀ V m_i``.
 
     ``m_i = 1[Vᵀ X_iᵀ s_i > 0]``; exact wherever no coordinate of ``Vᵀ X_iᵀ s_i`` is 0 (the
-    convention ``ReLU'(0) = 0`` applies there). Cancellation-free (core gradient on augmented data).
+    convention ``ReLU'(0) = 0`` applies there). Cancellation-free (core gradient on augmented,
+    power-of-two rescaled data: ``∇L = 2^(ex+ez+ea)`` times the rescaled one).
+
+    Scale: any finite data with ``max|W|·max|x|·max|z|`` below 1.8e308; to ``≲ nT·eps`` relative
+    to ``max|∇L|``; raises :class:`NumericalError` when ``max|∇L|`` is not a normal double (use
+    :func:`normalized_multitoken_grad`).
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
 
@@ -179,15 +222,21 @@ def multitoken_grad(
       shape ``(d, d)``.
     """
     lo = get_loss(loss)
-    return multitoken_grad_of(inst.X, inst.Y, inst.z, _check_V(inst, V), inst.check_weights(W), lo)
+    md = mt_data(inst.X, inst.z, _check_V(inst, V))
+    return multitoken_grad_of(md, inst.Y, inst.check_weights(W), lo)
 
 
 def normalized_multitoken_grad(
     inst: Instance, W: ArrayLike, V: ArrayLike, loss: "str | LossLike" = "logistic"
 ) -> GradDirection:
-    """Unit ``∇L/||∇L||_F`` (log-domain) and ``log||∇L||_F`` of the multi-token risk."""
+    """Unit ``∇L/||∇L||_F`` (log-domain) and ``log||∇L||_F`` of the multi-token risk.
+
+    Scale: any finite data with ``max|W|·max|x|·max|z|`` below 1.8e308; the direction to
+    ``≲ nT·eps`` per entry; never over/underflows.
+    """
     lo = get_loss(loss)
-    return normalized_multitoken_grad_of(inst.X, inst.Y, inst.z, _check_V(inst, V), inst.check_weights(W), lo)
+    md = mt_data(inst.X, inst.z, _check_V(inst, V))
+    return normalized_multitoken_grad_of(md, inst.Y, inst.check_weights(W), lo)
 
 
 class MultiTokenRecord(NamedTuple):
@@ -222,6 +271,10 @@ def run_multitoken_gd(
     Plain GD is the default here: the finite part ``W_fin`` of the limit is a stationary point
     inside the selected sets, which normalized GD (fixed step length ``η``) keeps overshooting.
 
+    Scale: any finite data; equivariant (``X → cX``, ``z → cz``, ``V → V/c`` with ``lr → lr/c⁴``
+    (plain) or ``lr/c²`` (normalized) gives ``W_t/c²``); raises :class:`NumericalError` naming the
+    step when a gradient (plain GD), ``W`` or a recorded risk is not a normal double.
+
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
 
     Args:
@@ -242,31 +295,38 @@ def run_multitoken_gd(
     Va = _check_V(inst, V)
     W = np.zeros((inst.d, inst.d)) if W0 is None else np.array(inst.check_weights(W0, "W0"))
     at = set(int(s) for s in record_steps(record_at, steps))
-    X, Y, z = inst.X, inst.Y, inst.z
+    Y = inst.Y
+    md = mt_data(inst.X, inst.z, Va)
     rec: list[MultiTokenRecord] = []
 
     def record(t: int) -> None:
-        s = np.exp(log_softmax(logits_of(X, z, W)))
-        rec.append(
-            MultiTokenRecord(
-                t,
-                float(np.linalg.norm(W)),
-                multitoken_risk_of(X, Y, z, Va, W, lo),
-                np.sum(s >= SELECT_THRESHOLD, axis=1).astype(np.intp),
+        s = np.exp(mt_log_attention(md, W))
+        try:
+            rec.append(
+                MultiTokenRecord(
+                    t,
+                    norm2(W, "||W||_F"),
+                    multitoken_risk_of(md, Y, W, lo),
+                    np.sum(s >= SELECT_THRESHOLD, axis=1).astype(np.intp),
+                )
             )
-        )
+        except NumericalError as exc:
+            raise NumericalError(f"multi-token GD, record at step {t}: {exc}") from exc
 
     if 0 in at:
         record(0)
     for t in range(1, steps + 1):
-        if normalized:
-            try:
-                g = normalized_multitoken_grad_of(X, Y, z, Va, W, lo).direction
-            except NumericalError as exc:
-                raise NumericalError(f"normalized multi-token GD at step {t}: {exc}") from exc
-        else:
-            g = multitoken_grad_of(X, Y, z, Va, W, lo)
-        W = W - lr * g
+        try:
+            if normalized:
+                g = normalized_multitoken_grad_of(md, Y, W, lo).direction
+            else:
+                g = multitoken_grad_of(md, Y, W, lo)
+        except NumericalError as exc:
+            raise NumericalError(
+                f"{'normalized ' if normalized else ''}multi-token GD at step {t}: {exc}"
+            ) from exc
+        with np.errstate(over="ignore"):
+            W = W - lr * g
         if not np.all(np.isfinite(W)):
             raise NumericalError(f"multi-token GD diverged at step {t}: W became non-finite; lower lr")
         if t in at:
@@ -278,6 +338,9 @@ def selected_sets(
     inst: Instance, W: ArrayLike, threshold: float = SELECT_THRESHOLD
 ) -> list[NDArray[np.intp]]:
     """``O_i = {t : s_it ≥ threshold}`` for each sequence (never empty: the top token has ``s ≥ 1/T``).
+
+    Scale: any finite data, never over/underflows (logits from power-of-two mantissas; invariant
+    under ``X → cX``, ``z → cz``, ``W → W/c²``).
 
     Args:
       inst, W: data and attention matrix ``(d, d)``.
@@ -292,7 +355,7 @@ def selected_sets(
         raise AttnSVMError(
             f"threshold must lie in (0, 1/T] = (0, {1.0 / inst.T:.3g}] so no set is empty; got {threshold!r}"
         )
-    s = np.exp(log_softmax(logits_of(inst.X, inst.z, Wa)))
+    s = np.exp(mt_log_attention(mt_data(inst.X, inst.z, np.ones((1, 1))), Wa))
     return [np.flatnonzero(s[i] >= thr).astype(np.intp) for i in range(inst.n)]
 
 
@@ -328,14 +391,22 @@ class MultiTokenPrediction:
     kkt_fin: KKTResiduals | None
 
 
-def _rows(inst: Instance, pairs: list[tuple[int, int, int]]) -> tuple[FloatArray, NDArray[np.intp]]:
-    """Rows ``z_i ⊗ (x_it − x_iτ)`` (column-major ``vec``) for triples ``(i, t, τ)``."""
+def _rows(md: MTData, pairs: list[tuple[int, int, int]]) -> tuple[FloatArray, NDArray[np.intp]]:
+    """Rows ``z_i ⊗ (x_it − x_iτ)`` (column-major ``vec``) for triples ``(i, t, τ)``, divided by
+    ``2^(ex+ez)`` (formed from the mantissas: no product over- or underflows)."""
+    d = md.Xs.shape[2]
     if not pairs:
-        return np.zeros((0, inst.d * inst.d)), np.zeros((0, 2), dtype=np.intp)
+        return np.zeros((0, d * d)), np.zeros((0, 2), dtype=np.intp)
     P = np.array(pairs, dtype=np.intp)
-    delta = inst.X[P[:, 0], P[:, 1]] - inst.X[P[:, 0], P[:, 2]]
-    rows = np.einsum("rj,rk->rjk", inst.z[P[:, 0]], delta).reshape(len(P), -1)
+    delta = md.Xs[P[:, 0], P[:, 1]] - md.Xs[P[:, 0], P[:, 2]]
+    rows = np.einsum("rj,rk->rjk", md.zs[P[:, 0]], delta).reshape(len(P), -1)
     return rows, P[:, [0, 2]]
+
+
+def _rel(A: FloatArray, B: FloatArray) -> float:
+    """``||A − B||_F/||A||_F`` on power-of-two mantissas (no overflow in the squares)."""
+    e = pow2_exponent(A)
+    return float(np.linalg.norm(np.ldexp(A - B, -e))) / float(np.linalg.norm(np.ldexp(A, -e)))
 
 
 def predict_multitoken(
@@ -347,6 +418,11 @@ def predict_multitoken(
     (rows ``z_i ⊗ (x_it − x_iτ)``, so ``vec(W) = rowsᵀλ``). The log-ratios of ``W_fin`` come
     from the log-softmax of ``W_gd`` (exact however small the weights). The single-token
     baseline is :func:`attnsvm.svm.solve_svm` at ``α = argmax_t s_it``.
+
+    Scale: any finite data (rows from power-of-two mantissas: ``X → cX``, ``z → cz``,
+    ``W_gd → W_gd/c²`` gives ``W_dir/c²``, ``W_fin/c²``, the same ``R`` and errors); raises
+    :class:`NumericalError` when ``max|W_gd|·max|x|·max|z|`` overflows or a returned matrix's
+    largest entry is not a normal double.
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (``W^fin``, ``W^dir``).
 
@@ -362,8 +438,13 @@ def predict_multitoken(
     if not np.any(Wg != 0):
         raise AttnSVMError("W_gd is the zero matrix; there is nothing to predict (run GD first)")
     sets = selected_sets(inst, Wg, threshold)
-    log_s = log_softmax(logits_of(inst.X, inst.z, Wg))
+    md = mt_data(inst.X, inst.z, np.ones((1, 1)))
+    log_s = mt_log_attention(md, Wg)
     d = inst.d
+    # Scale: the rows are 2^−E·(z_i ⊗ Δx), E = ex + ez, so every min-norm solution below is
+    # 2^E times the true one (W_dir = 2^−E·W_dir', W_fin = 2^−E·W_fin'), and R, the errors and the
+    # correlations are computed against G = 2^E·W_gd (the logit-level iterate): all invariant.
+    E = md.ex + md.ez
     eq_trip: list[tuple[int, int, int]] = []
     ineq_trip: list[tuple[int, int, int]] = []
     fin_b: list[float] = []
@@ -374,9 +455,9 @@ def predict_multitoken(
             fin_b.append(float(log_s[i, t] - log_s[i, t1]))
         for tau in np.setdiff1d(np.arange(inst.T), O):
             ineq_trip.append((i, t1, int(tau)))
-    rows_eq, pairs_eq = _rows(inst, eq_trip)
-    rows_in, pairs_in = _rows(inst, ineq_trip)
-    W_dir = np.zeros((d, d))
+    rows_eq, pairs_eq = _rows(md, eq_trip)
+    rows_in, pairs_in = _rows(md, ineq_trip)
+    Wd = np.zeros((d, d))
     kkt_dir = None
     if ineq_trip:
         rows = np.concatenate([rows_eq, rows_in])
@@ -385,31 +466,40 @@ def predict_multitoken(
         sol = solve_min_norm_or_raise(
             rows, b, eq, np.concatenate([pairs_eq, pairs_in]), "direction SVM W_dir"
         )
-        W_dir = (rows.T @ sol.multipliers).reshape((d, d), order="F")
+        Wd = (rows.T @ sol.multipliers).reshape((d, d), order="F")
         kkt_dir = sol.kkt
-    W_fin = np.zeros((d, d))
+    Wf = np.zeros((d, d))
     kkt_fin = None
     if eq_trip:
         bf = np.array(fin_b)
         solf = solve_min_norm_or_raise(
             rows_eq, bf, np.ones(len(bf), dtype=bool), pairs_eq, "finite part W_fin"
         )
-        W_fin = (rows_eq.T @ solf.multipliers).reshape((d, d), order="F")
+        Wf = (rows_eq.T @ solf.multipliers).reshape((d, d), order="F")
         kkt_fin = solf.kkt
-    nd = float(np.sum(W_dir * W_dir))
-    R = float(np.sum((Wg - W_fin) * W_dir)) / nd if nd > 0 else 0.0
-    pred = W_fin + R * W_dir
-    ng = float(np.linalg.norm(Wg))
+    with np.errstate(over="ignore"):
+        G = np.ldexp(Wg, E)
+    if not np.all(np.isfinite(G)):
+        raise range_error("the logit-level iterate 2^E·W_gd", math.log(float(np.max(np.abs(Wg)))) + E * _LN2)
+    nd = float(np.sum(Wd * Wd))
+    R = float(np.sum((G - Wf) * Wd)) / nd if nd > 0 else 0.0
+    Pm = Wf + R * Wd  # 2^E · prediction
+    W_dir = put_back(Wd, -E, "the direction SVM solution W_dir")
+    W_fin = put_back(Wf, -E, "the finite part W_fin")
+    pred = put_back(Pm, -E, "the prediction W_fin + R·W_dir")
     alpha = np.argmax(log_s, axis=1)
     W_mm: FloatArray | None
     try:
-        W_mm = solve_svm(inst, alpha=alpha).W
+        Xs, zs = md.Xs, md.zs
+        vs, _ = mantissa(inst.v)
+        Wm = solve_svm(Instance(Xs, inst.Y, vs, zs), alpha=alpha).W  # = 2^E·W_mm
     except AttnSVMError:
-        W_mm = None
-    if W_mm is not None:
-        Rs = float(np.sum(Wg * W_mm)) / float(np.sum(W_mm * W_mm))
-        s_err = float(np.linalg.norm(Wg - Rs * W_mm)) / ng
-        s_corr = direction_corr(Wg, W_mm)
+        Wm = None
+    W_mm = None if Wm is None else put_back(Wm, -E, "the single-token Att-SVM solution W_mm")
+    if Wm is not None:
+        Rs = float(np.sum(G * Wm)) / float(np.sum(Wm * Wm))
+        s_err = _rel(G, Rs * Wm)
+        s_corr = direction_corr(G, Wm)
     else:
         s_err = s_corr = math.nan
     return MultiTokenPrediction(
@@ -418,8 +508,8 @@ def predict_multitoken(
         W_fin=W_fin,
         R=R,
         prediction=pred,
-        rel_error=float(np.linalg.norm(Wg - pred)) / ng,
-        corr=direction_corr(Wg, pred) if np.any(pred != 0) else math.nan,
+        rel_error=_rel(G, Pm),
+        corr=direction_corr(G, Pm) if np.any(Pm != 0) else math.nan,
         W_mm=W_mm,
         single_rel_error=s_err,
         single_corr=s_corr,

@@ -28,6 +28,14 @@ Likewise the p-SVM is the core Att-SVM on keys ``X' = K`` with constant query ``
 ``W' = p e_0ᵀ`` has ``||W'||_F = ||p||``; we solve it with the same certified min-norm solver
 (:mod:`attnsvm.svm`), on the Gram matrix ``(Δk_r · Δk_s)``.
 
+Scale contract (issue 13). Keys, values, logits, SVM rows and the core gradient are formed from
+power-of-two mantissas (largest entry in ``[½, 1)``) and the exponents are carried separately
+(``k = 2^K·k'``, ``vᵀx = 2^A·a'``, ``W_eff = 2^K·p e_0ᵀ``, the loss evaluated at ``2^A·u'``), so
+no intermediate over- or underflows; an answer is put back with one exact ``ldexp`` and refused
+with :class:`~attnsvm.NumericalError` (:func:`attnsvm.scaling.range_error`) only when its largest
+entry is not a normal double. The helpers of that section are shared by :mod:`attnsvm.joint`,
+:mod:`attnsvm.mirror` and :mod:`attnsvm.multitoken`.
+
 References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (prompt attention, p-SVM,
 regularization path); Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
 """
@@ -42,12 +50,13 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .attention import log_softmax
+from .attention import logits_of
 from .errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError
 from .gd import check_lr, check_steps, projected_path, record_steps
-from .grad import GradDirection, normalized_risk_grad_of, risk_grad_of, risk_of
+from .grad import GradDirection, normalized_risk_grad_of, risk_grad_of
 from .instance import Instance, as_real_array
-from .losses import LossLike, get_loss
+from .losses import Loss, LossLike, get_loss
+from .scaling import FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, ldexp_scale, pow2_exponent, range_error
 from .svm import KKTResiduals, MinNormSolution, min_norm_dual
 
 __all__ = [
@@ -105,99 +114,401 @@ def solve_min_norm_or_raise(
         raise InfeasibleSVMError(f"{_explain_infeasible(rows, pairs, what)} ({exc})") from exc
 
 
-# ================================================================= array forms
-def keys_of(X: FloatArray, W: FloatArray) -> FloatArray:
-    """Keys ``k_it = Wᵀ x_it`` as rows, shape ``(n, T, d)`` (no validation)."""
-    return X @ W
+# ============================================================ scale-safe core
+# Every model of this module and of :mod:`attnsvm.joint`, :mod:`attnsvm.multitoken` and
+# :mod:`attnsvm.mirror` is the core model (logits ``x_itᵀ W z_i``, values ``a_it``) on some data.
+# The helpers below evaluate it on *power-of-two rescaled* data: ``x = 2^ex·x'``, ``z = 2^ez·z'``,
+# ``a = 2^ea·a'`` with the largest entry of each mantissa in ``[½, 1)``, ``W_eff = 2^(ex+ez)·W``
+# (same logits, exactly), and the loss evaluated at ``2^ea·u'``. Power-of-two scaling is exact in
+# the normal range, so nothing is lost, and the gradient is ``2^(ex+ez+ea)`` times the rescaled
+# one: the answer is put back with one ``ldexp`` and refused (scaling.range_error) only when it is
+# not a normal double.
+
+_LN2 = math.log(2.0)
 
 
-def augmented_of(keys: FloatArray, a: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """The core instance arrays ``(X', z', v')`` equivalent to logits ``keys·p`` and values ``a``.
+def mantissa(a: ArrayLike) -> tuple[FloatArray, int]:
+    """``(a·2^−e, e)`` with the largest entry of the mantissa in ``[½, 1)`` (exact; ``e = 0`` for zeros)."""
+    e = pow2_exponent(a)
+    return ldexp_scale(a, e), e
 
-    ``x'_it = (k_it, a_it)``, ``z'_i = e_0``, ``v' = e_D`` (``D`` the key dimension), so that with
-    ``W' = [p; 0] e_0ᵀ`` the core logits are ``k_itᵀ p`` and the core values ``a_it``.
+
+def put_back(m: FloatArray, e: int, what: str, *, remedy: str = "") -> FloatArray:
+    """``m·2^e`` when its largest entry is a normal double (or it is all zero); else the range error.
+
+    Smaller entries keep an absolute error ``≤ 2^−1075`` (gradual underflow), far below
+    ``eps·max|m·2^e|``.
     """
-    n, T, D = keys.shape
-    Xa = np.concatenate([keys, a[:, :, None]], axis=2)
-    za = np.zeros((n, D + 1))
-    za[:, 0] = 1.0
-    va = np.zeros(D + 1)
-    va[D] = 1.0
+    big = float(np.max(np.abs(m), initial=0.0))
+    if big == 0.0:
+        return np.zeros_like(m)
+    log_big = math.log(big) + e * _LN2
+    if not (LOG_FLOAT_TINY <= log_big <= LOG_FLOAT_MAX):
+        raise range_error(what, log_big, remedy=remedy)
+    with np.errstate(over="ignore", under="ignore"):
+        out = np.ldexp(m, e)
+    if not np.all(np.isfinite(out)) or float(np.max(np.abs(out))) < FLOAT_TINY:  # the interval's ends
+        raise range_error(what, log_big, remedy=remedy)
+    return out
+
+
+def put_back_scalar(x: float, e: int, what: str, *, remedy: str = "") -> float:
+    """A scalar version of :func:`put_back` (zero stays zero)."""
+    return float(put_back(np.array([x]), e, what, remedy=remedy)[0])
+
+
+def scaled_loss(loss: Any, e: int) -> Any:
+    """The loss on rescaled outputs: ``u' ↦ ℓ(2^e u')`` (and its derivative, log-derivative)."""
+    if e == 0:
+        return loss
+
+    def up(u: Any) -> Any:
+        with np.errstate(over="ignore"):
+            return np.ldexp(np.asarray(u, dtype=np.float64), e)
+
+    if isinstance(loss, Loss):
+        lg = loss.log_neg_derivative_fn
+        return Loss(
+            loss.name,
+            lambda u: loss.value_fn(up(u)),
+            lambda u: loss.derivative_fn(up(u)),
+            loss.assumptions,
+            None if lg is None else (lambda u: lg(up(u))),
+        )
+    return _ScaledLossLike(loss, up)
+
+
+class _ScaledLossLike:
+    """A user loss object evaluated at rescaled margins (see :func:`scaled_loss`)."""
+
+    def __init__(self, loss: Any, up: Any) -> None:
+        self._loss, self._up, self.assumptions = loss, up, loss.assumptions
+
+    def value(self, u: Any) -> Any:
+        return self._loss.value(self._up(u))
+
+    def derivative(self, u: Any) -> Any:
+        return self._loss.derivative(self._up(u))
+
+
+class ScaledCore(NamedTuple):
+    """The core model on rescaled data (see the section comment): augmented arrays for the core
+    gradient (``x'' = (x', a')``, ``z'' = (z', 0)``, ``v'' = e_d``), the rescaled loss, exponents."""
+
+    Xs: FloatArray
+    zs: FloatArray
+    As: FloatArray
+    Y: FloatArray
+    loss: Any
+    scaled_loss: Any
+    ex: int
+    ez: int
+    ea: int
+
+    @property
+    def d(self) -> int:
+        return int(self.Xs.shape[2])
+
+
+def scaled_core(
+    Xs: FloatArray, ex: int, zs: FloatArray, ez: int, a: FloatArray, ea: int, Y: FloatArray, loss: Any
+) -> ScaledCore:
+    """Build :class:`ScaledCore` from mantissas ``Xs, zs`` (exponents ``ex, ez``) and values ``a·2^ea``."""
+    As, e2 = mantissa(a)
+    return ScaledCore(Xs, zs, As, Y, loss, scaled_loss(loss, ea + e2), ex, ez, ea + e2)
+
+
+def _augmented(sc: ScaledCore) -> tuple[FloatArray, FloatArray, FloatArray]:
+    n, T, d = sc.Xs.shape
+    Xa = np.concatenate([sc.Xs, sc.As[:, :, None]], axis=2)
+    za = np.concatenate([sc.zs, np.zeros((n, 1))], axis=1)
+    va = np.zeros(d + 1)
+    va[d] = 1.0
     return Xa, za, va
 
 
-def embed_prompt(p: FloatArray) -> FloatArray:
-    """``W' = [p; 0] e_0ᵀ``, shape ``(D+1, D+1)``."""
-    D = p.shape[0]
-    Wa = np.zeros((D + 1, D + 1))
-    Wa[:D, 0] = p
-    return Wa
+def effective_weights(sc: ScaledCore, W: FloatArray, what: str) -> FloatArray:
+    """``W_eff = 2^(ex+ez)·W`` (``x'ᵀ W_eff z' = xᵀ W z`` exactly); refused when it overflows.
+
+    Scaling ``W`` up is exact; scaling it down may round entries below the normal range, which
+    changes the logits by at most ``d²·2^−1074``.
+    """
+    e = sc.ex + sc.ez
+    with np.errstate(over="ignore", under="ignore"):
+        We = np.ldexp(W, e)
+    if not np.all(np.isfinite(We)):
+        big = float(np.max(np.abs(W)))
+        raise range_error(
+            f"the logit scale max|{what}|·max|x|·max|z|",
+            math.log(big) + e * _LN2,
+            remedy=f"Scale {what} or the data down; the attention logits would overflow",
+        )
+    return We
 
 
-def prompt_grad_of(keys: FloatArray, Y: FloatArray, a: FloatArray, p: FloatArray, loss: Any) -> FloatArray:
-    """Array form of :func:`prompt_grad`: the core gradient on the augmented data, column 0."""
-    Xa, za, va = augmented_of(keys, a)
-    return np.array(risk_grad_of(Xa, Y, za, va, embed_prompt(p), loss)[: keys.shape[2], 0])
+def core_log_attention(sc: ScaledCore, W: FloatArray) -> FloatArray:
+    """``log s`` (shape ``(n, T)``) at ``W`` (original units), from the mantissas: never overflows."""
+    Ws, ew = mantissa(W)
+    L, el = mantissa(logits_of(sc.Xs, sc.zs, Ws))  # |x'ᵀW'z'| ≤ d²: no overflow
+    return scaled_log_softmax(L, sc.ex + sc.ez + ew + el)
 
 
-def normalized_prompt_grad_of(
-    keys: FloatArray, Y: FloatArray, a: FloatArray, p: FloatArray, loss: Any
-) -> GradDirection:
-    """Array form of :func:`normalized_prompt_grad` (log-domain, via the augmented core direction)."""
-    Xa, za, va = augmented_of(keys, a)
-    G = normalized_risk_grad_of(Xa, Y, za, va, embed_prompt(p), loss)
-    col = G.direction[: keys.shape[2], 0]
-    # The core direction is exact entrywise (log-magnitudes factored out); dropping the
-    # value coordinate and renormalising loses nothing unless the p-part is exactly 0.
-    m = float(np.max(np.abs(col)))
+def core_risk(sc: ScaledCore, W: FloatArray, what: str) -> float:
+    """The risk at ``W`` (original units); refused as :func:`risk_value`, or when ``f`` overflows."""
+    fs = np.sum(np.exp(core_log_attention(sc, W)) * sc.As, axis=1)
+    with np.errstate(over="ignore"):
+        u = np.ldexp(sc.Y * fs, sc.ea)
+    if not np.all(np.isfinite(u)):
+        raise range_error(
+            f"the outputs f_i of {what}",
+            math.log(float(np.max(np.abs(fs)))) + sc.ea * _LN2,
+            remedy="Scale v down",
+        )
+    return risk_value(sc.loss, u, what)
+
+
+def risk_value(loss: Any, u: FloatArray, what: str) -> float:
+    """``(1/n) Σ ℓ(u_i)``, refused when it overflows or when a positive loss underflows.
+
+    Logistic and exponential losses are positive: a risk below 2.2e-308 is not a normal double
+    (its log is ``≈ log Σ e^{−u_i} − log n``, the tail of both losses).
+    """
+    r = float(np.mean(loss.value(u)))
+    if not math.isfinite(r):
+        raise range_error(what, math.inf, remedy="Scale the data down or use the logistic loss")
+    if isinstance(loss, Loss) and loss.name in ("logistic", "exponential") and r < FLOAT_TINY:
+        t = -np.asarray(u, dtype=np.float64)
+        top = float(np.max(t))
+        raise range_error(what, top + math.log(float(np.sum(np.exp(t - top)))) - math.log(len(t)))
+    return r
+
+
+def core_direction(sc: ScaledCore, We: FloatArray) -> GradDirection:
+    """Unit ``∇_W L/||∇_W L||`` (shape ``(d, d)``) and ``log||∇_W L||`` for the original data."""
+    Xa, za, va = _augmented(sc)
+    Wa = np.zeros((sc.d + 1, sc.d + 1))
+    Wa[: sc.d, : sc.d] = We
+    G = normalized_risk_grad_of(Xa, sc.Y, za, va, Wa, sc.scaled_loss)
+    B = G.direction[: sc.d, : sc.d]
+    # The core direction is exact entrywise (log-magnitudes factored out); dropping the value
+    # row/column and renormalising loses nothing unless the W-block is exactly 0.
+    m = float(np.max(np.abs(B)))
     if not m > 0:
         raise NumericalError(
-            "the prompt gradient is exactly zero at this p (the keys' weighted sums cancel); "
-            "p is stationary and the normalized direction is undefined"
+            "the gradient is exactly zero at this point; the normalized direction is undefined"
         )
-    cs = col / m  # scaled before the norm: no overflow/underflow in Σ c²
-    nrm = float(np.sqrt(np.sum(cs * cs)))
-    return GradDirection(cs / nrm, G.log_norm + math.log(m) + math.log(nrm))
+    Bs = B / m  # scaled before the norm: no overflow/underflow in Σ b²
+    nrm = float(np.sqrt(np.sum(Bs * Bs)))
+    shift = (sc.ex + sc.ez + sc.ea) * _LN2
+    return GradDirection(Bs / nrm, G.log_norm + math.log(m) + math.log(nrm) + shift)
 
 
-def prompt_risk_of(keys: FloatArray, Y: FloatArray, a: FloatArray, p: FloatArray, loss: Any) -> float:
-    """Array form of :func:`prompt_risk`."""
-    Xa, za, va = augmented_of(keys, a)
-    return risk_of(Xa, Y, za, va, embed_prompt(p), loss)
+#: A rescaled core gradient whose largest entry is below ``2^GRAD_LOW_BITS`` may have lost digits
+#: to gradual underflow inside the core (its weights ``ℓ'·s`` are ≥ 2^−1074); below it the
+#: gradient is rebuilt from the log-domain direction, exact at any size.
+GRAD_LOW_BITS = -960
+
+
+def core_grad(sc: ScaledCore, We: FloatArray, what: str) -> FloatArray:
+    """``∇_W L`` (shape ``(d, d)``) for the original data: the core's cancellation-free gradient on
+    the rescaled data times ``2^(ex+ez+ea)``; from the log-domain direction when it underflows."""
+    Xa, za, va = _augmented(sc)
+    Wa = np.zeros((sc.d + 1, sc.d + 1))
+    Wa[: sc.d, : sc.d] = We
+    shift = sc.ex + sc.ez + sc.ea
+    try:
+        G = np.array(risk_grad_of(Xa, sc.Y, za, va, Wa, sc.scaled_loss)[: sc.d, : sc.d])
+        big = float(np.max(np.abs(G)))
+        if big == 0.0 or big >= 2.0**GRAD_LOW_BITS:
+            return put_back(G, shift, what, remedy=_GRAD_REMEDY)
+    except NumericalError:
+        G = None
+    try:
+        D = core_direction(sc, We)
+    except NumericalError:
+        if G is None:
+            raise
+        return put_back(G, shift, what, remedy=_GRAD_REMEDY)  # exact zero or rounding level
+    k = math.floor(D.log_norm / _LN2)
+    return put_back(D.direction * math.exp(D.log_norm - k * _LN2), k, what, remedy=_GRAD_REMEDY)
+
+
+_GRAD_REMEDY = "Use the normalized gradient (direction and log-norm), which stays exact at any size"
+
+
+def scaled_log_softmax(L: FloatArray, e: int) -> FloatArray:
+    """``log softmax(2^e·L)`` along the last axis, for logits given as a mantissa ``L`` and exponent ``e``.
+
+    ``2^e(L − max L)`` is formed after the subtraction, so logits beyond 1.8e308 are fine: a
+    log weight below −1.8e308 is ``−inf`` (its weight is 0 to absolute accuracy 2^−1074).
+    """
+    m = np.max(L, axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):
+        D = np.ldexp(L - m, e)  # stable: shift before scaling; −inf only beyond any double
+    return np.asarray(D - np.log(np.sum(np.exp(D), axis=-1, keepdims=True)), dtype=np.float64)
+
+
+def norm2(x: FloatArray, what: str) -> float:
+    """``||x||₂`` from the mantissa (no overflow or underflow in ``Σ x²``); refused only when it overflows."""
+    m, e = mantissa(x)
+    return put_back_scalar(float(np.sqrt(np.sum(m * m))), e, what)
+
+
+# ================================================================= array forms
+class PromptData(NamedTuple):
+    """Keys ``k = 2^K·ks`` and values ``a = 2^A·As`` of a prompt problem (mantissas in ``[½, 1)``)."""
+
+    ks: FloatArray
+    K: int
+    As: FloatArray
+    A: int
+
+
+def keys_mantissa(X: FloatArray, W: FloatArray) -> tuple[FloatArray, int]:
+    """``(ks, K)`` with ``k_it = Wᵀx_it = 2^K·ks_it``, formed from rescaled ``X`` and ``W`` (no overflow)."""
+    Xs, ex = mantissa(X)
+    Ws, ew = mantissa(W)
+    ks, ek = mantissa(Xs @ Ws)  # |Xs @ Ws| ≤ d: no overflow
+    return ks, ex + ew + ek
+
+
+def values_mantissa(X: FloatArray, v: FloatArray) -> tuple[FloatArray, int]:
+    """``(As, A)`` with ``vᵀx_it = 2^A·As_it`` (rescaled product, no overflow)."""
+    Xs, ex = mantissa(X)
+    vs, ev = mantissa(v)
+    As, ea = mantissa(Xs @ vs)
+    return As, ex + ev + ea
+
+
+def prompt_data(inst: Instance, W: FloatArray, v: FloatArray | None = None) -> PromptData:
+    """Keys and values (of head ``v``, default ``inst.v``) as mantissas and exponents."""
+    ks, K = keys_mantissa(inst.X, W)
+    As, A = values_mantissa(inst.X, inst.v if v is None else v)
+    return PromptData(ks, K, As, A)
+
+
+def prompt_core(data: PromptData, Y: FloatArray, loss: Any) -> ScaledCore:
+    """The prompt model as the rescaled core model: ``x' = ks``, ``z' = e_0``, values ``As``."""
+    n, _, D = data.ks.shape
+    z0 = np.zeros((n, D))
+    z0[:, 0] = 1.0
+    return scaled_core(data.ks, data.K, z0, 0, data.As, data.A, Y, loss)
+
+
+def embed_prompt(p: FloatArray) -> FloatArray:
+    """``P = p e_0ᵀ``, shape ``(D, D)``: the core logits ``k_itᵀ P e_0 = k_itᵀ p``."""
+    P = np.zeros((p.shape[0], p.shape[0]))
+    P[:, 0] = p
+    return P
+
+
+def prompt_log_attention(data: PromptData, p: FloatArray) -> FloatArray:
+    """``log s_it`` of logits ``k_itᵀp = 2^(K+ep)·(ks·ps)`` (never overflows)."""
+    ps, ep = mantissa(p)
+    L, el = mantissa(data.ks @ ps)
+    return scaled_log_softmax(L, data.K + ep + el)
+
+
+def prompt_risk_of(
+    data: PromptData, Y: FloatArray, p: FloatArray, loss: Any, what: str = "the prompt risk L(p)"
+) -> float:
+    """Array form of :func:`prompt_risk` (refuses a risk that is not a normal double)."""
+    fs = np.sum(np.exp(prompt_log_attention(data, p)) * data.As, axis=1)
+    with np.errstate(over="ignore"):
+        u = np.ldexp(Y * fs, data.A)
+    if not np.all(np.isfinite(u)):
+        raise range_error(
+            "the prompt outputs f_i",
+            math.log(float(np.max(np.abs(fs)))) + data.A * _LN2,
+            remedy="Scale v down",
+        )
+    return risk_value(loss, u, what)
+
+
+def _prompt_risk_unchecked(data: PromptData, Y: FloatArray, p: FloatArray, loss: Any) -> float:
+    """The risk for the path engine's comparisons: its float value (0 once it underflows), no refusal."""
+    try:
+        return prompt_risk_of(data, Y, p, loss)
+    except NumericalError:
+        fs = np.sum(np.exp(prompt_log_attention(data, p)) * data.As, axis=1)
+        with np.errstate(over="ignore", under="ignore"):
+            return float(np.mean(loss.value(np.ldexp(Y * fs, data.A))))
+
+
+def prompt_grad_of(data: PromptData, Y: FloatArray, p: FloatArray, loss: Any) -> FloatArray:
+    """Array form of :func:`prompt_grad`: the core gradient on the rescaled augmented data, column 0."""
+    sc = prompt_core(data, Y, loss)
+    We = effective_weights(sc, embed_prompt(p), "p")
+    return np.array(core_grad(sc, We, "the prompt gradient ∇_p L")[:, 0])
+
+
+def normalized_prompt_grad_of(data: PromptData, Y: FloatArray, p: FloatArray, loss: Any) -> GradDirection:
+    """Array form of :func:`normalized_prompt_grad` (log-domain, via the rescaled core direction)."""
+    sc = prompt_core(data, Y, loss)
+    We = effective_weights(sc, embed_prompt(p), "p")
+    try:
+        G = core_direction(sc, We)
+    except NumericalError as exc:
+        raise NumericalError(f"the prompt gradient: {exc}") from exc
+    return GradDirection(np.array(G.direction[:, 0]), G.log_norm)
 
 
 # =================================================================== public model
 def prompt_keys(inst: Instance, W: ArrayLike) -> FloatArray:
     """Keys ``k_it = Wᵀ x_it``, shape ``(n, T, d)``.
 
+    Scale: any finite ``X``, ``W`` (formed from power-of-two mantissas); each key to absolute error
+    ``≲ d·eps·max|k|``; raises :class:`NumericalError` when ``max|k|`` is not a normal double.
+
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
     """
-    return keys_of(inst.X, inst.check_weights(W))
+    ks, K = keys_mantissa(inst.X, inst.check_weights(W))
+    return put_back(ks, K, "the keys k_it = Wᵀx_it")
 
 
 def prompt_logits(inst: Instance, W: ArrayLike, p: ArrayLike) -> FloatArray:
-    """Logits ``l_it = x_itᵀ W p = k_itᵀ p``, shape ``(n, T)``."""
-    return prompt_keys(inst, W) @ check_prompt(inst, p)
+    """Logits ``l_it = x_itᵀ W p = k_itᵀ p``, shape ``(n, T)``.
+
+    Scale: any finite data; each logit to absolute error ``≲ 2d·eps·max|l|``; raises
+    :class:`NumericalError` when ``max|l|`` is not a normal double.
+    """
+    ks, K = keys_mantissa(inst.X, inst.check_weights(W))
+    ps, ep = mantissa(check_prompt(inst, p))
+    return put_back(ks @ ps, K + ep, "the prompt logits k_itᵀp")
 
 
 def prompt_attention(inst: Instance, W: ArrayLike, p: ArrayLike) -> FloatArray:
-    """Attention ``s_i = softmax(X_i W p)``, shape ``(n, T)`` (log-sum-exp form)."""
-    return np.exp(log_softmax(prompt_logits(inst, W, p)))
+    """Attention ``s_i = softmax(X_i W p)``, shape ``(n, T)`` (log-sum-exp form).
+
+    Scale: any finite data, never raises (logits beyond 1.8e308 included); each weight to
+    ``≲ T·eps·max|l_i|`` relative plus ``2^−1074`` absolute (weights below 2.2e-308 flush).
+    """
+    ks, K = keys_mantissa(inst.X, inst.check_weights(W))
+    return np.exp(prompt_log_attention(PromptData(ks, K, ks[:, :, 0], 0), check_prompt(inst, p)))
 
 
 def prompt_output(inst: Instance, W: ArrayLike, p: ArrayLike) -> FloatArray:
     """Outputs ``f_i = vᵀ X_iᵀ softmax(X_i W p)``, shape ``(n,)``.
 
+    Scale: any finite data; ``f`` to absolute error ``≲ (d+T)·eps·max_t|vᵀx_it|``; raises
+    :class:`NumericalError` when ``max|f|`` is not a normal double.
+
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596, eq. (1).
     """
-    return np.sum(prompt_attention(inst, W, p) * inst.values(), axis=1)
+    data = prompt_data(inst, inst.check_weights(W))
+    fs = np.sum(np.exp(prompt_log_attention(data, check_prompt(inst, p))) * data.As, axis=1)
+    return put_back(fs, data.A, "the prompt outputs f_i")
 
 
 def prompt_risk(inst: Instance, W: ArrayLike, p: ArrayLike, loss: "str | LossLike" = "logistic") -> float:
-    """Risk ``L(p) = (1/n) Σ_i ℓ(Y_i f_i)`` of the prompt model."""
+    """Risk ``L(p) = (1/n) Σ_i ℓ(Y_i f_i)`` of the prompt model.
+
+    Scale: any finite data; to a few ulps relative (as the loss); raises :class:`NumericalError`
+    when ``f`` or the risk overflows, or a logistic/exponential risk is below 2.2e-308.
+    """
     lo = get_loss(loss)
-    keys = prompt_keys(inst, W)
-    return prompt_risk_of(keys, inst.Y, inst.values(), check_prompt(inst, p), lo)
+    data = prompt_data(inst, inst.check_weights(W))
+    return prompt_risk_of(data, inst.Y, check_prompt(inst, p), lo)
 
 
 def prompt_grad(
@@ -206,7 +517,12 @@ def prompt_grad(
     """Gradient ``∇_p L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it (vᵀx_it − f_i) k_it``, shape ``(d,)``.
 
     Cancellation-free: computed as the core gradient on the augmented data (module docstring),
-    i.e. with ``vᵀx_it − f_i = Σ_u s_iu (vᵀx_it − vᵀx_iu)``.
+    i.e. with ``vᵀx_it − f_i = Σ_u s_iu (vᵀx_it − vᵀx_iu)``, on keys and values rescaled by
+    powers of two (the gradient is ``2^(K+A)`` times the rescaled one).
+
+    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; to ``≲ nT·eps`` relative to
+    ``max|∇_p L|``; raises :class:`NumericalError` when ``max|∇_p L|`` is not a normal double
+    (use :func:`normalized_prompt_grad` there).
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
 
@@ -220,8 +536,8 @@ def prompt_grad(
       The gradient, shape ``(d,)``.
     """
     lo = get_loss(loss)
-    keys = prompt_keys(inst, W)
-    return prompt_grad_of(keys, inst.Y, inst.values(), check_prompt(inst, p), lo)
+    data = prompt_data(inst, inst.check_weights(W))
+    return prompt_grad_of(data, inst.Y, check_prompt(inst, p), lo)
 
 
 def normalized_prompt_grad(
@@ -229,14 +545,17 @@ def normalized_prompt_grad(
 ) -> GradDirection:
     """Unit direction ``∇_p L/||∇_p L||`` and ``log||∇_p L||``, exact after ``∇_p L`` underflows.
 
+    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; the direction to ``≲ nT·eps``
+    per entry, ``log||∇_p L||`` to ``≲ nT·eps·(1 + |log||∇_p L|||)`` absolute; never over/underflows.
+
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (normalized GD on ``p``).
 
     Returns:
       :class:`attnsvm.grad.GradDirection` with ``direction`` of shape ``(d,)``.
     """
     lo = get_loss(loss)
-    keys = prompt_keys(inst, W)
-    return normalized_prompt_grad_of(keys, inst.Y, inst.values(), check_prompt(inst, p), lo)
+    data = prompt_data(inst, inst.check_weights(W))
+    return normalized_prompt_grad_of(data, inst.Y, check_prompt(inst, p), lo)
 
 
 # ========================================================================= p-SVM
@@ -273,14 +592,21 @@ class PromptSVMSolution:
 
 def prompt_constraint_rows(
     inst: Instance, W: FloatArray, alpha: NDArray[np.intp]
-) -> tuple[FloatArray, NDArray[np.intp]]:
-    """Rows ``Δk_it = Wᵀ(x_iα_i − x_it)`` (``t ≠ α_i``, by sequence then token) and their pairs."""
+) -> tuple[FloatArray, int, NDArray[np.intp]]:
+    """Rows ``Δk_it = Wᵀ(x_iα_i − x_it) = 2^R·rows`` (``t ≠ α_i``, by sequence then token) as a
+    mantissa ``rows`` (largest entry in ``[½, 1)``), its exponent ``R``, and the pairs.
+
+    Formed from power-of-two rescaled ``X`` and ``W`` (exact), so no product over- or underflows.
+    """
     n, T, _ = inst.shape
     ii, tt = np.meshgrid(np.arange(n), np.arange(T), indexing="ij")
     keep = tt != alpha[:, None]
     pairs = np.stack([ii[keep], tt[keep]], axis=1).astype(np.intp)
-    deltas = inst.X[pairs[:, 0], alpha[pairs[:, 0]]] - inst.X[pairs[:, 0], pairs[:, 1]]
-    return deltas @ W, pairs
+    Xs, ex = mantissa(inst.X)
+    Ws, ew = mantissa(W)
+    deltas = Xs[pairs[:, 0], alpha[pairs[:, 0]]] - Xs[pairs[:, 0], pairs[:, 1]]
+    rows, er = mantissa(deltas @ Ws)
+    return rows, ex + ew + er, pairs
 
 
 def _explain_infeasible(rows: FloatArray, pairs: NDArray[np.intp], what: str) -> str:
@@ -299,12 +625,35 @@ def _explain_infeasible(rows: FloatArray, pairs: NDArray[np.intp], what: str) ->
     )
 
 
+def scaled_alpha(inst: Instance, alpha: ArrayLike | None) -> NDArray[np.intp]:
+    """``inst.check_alpha(alpha)``; the default (optimal tokens) from power-of-two rescaled ``X``, ``v``
+    (argmax and ties are invariant under positive scaling)."""
+    if alpha is not None:
+        return inst.check_alpha(alpha)
+    Xs, _ = mantissa(inst.X)
+    vs, _ = mantissa(inst.v)
+    return Instance(Xs, inst.Y, vs, np.ones((inst.n, inst.d))).check_alpha(None)
+
+
+def _solve_prompt_scaled(
+    inst: Instance, Wa: FloatArray, a: NDArray[np.intp]
+) -> tuple[FloatArray, int, NDArray[np.intp], MinNormSolution]:
+    """The p-SVM on the row mantissa: ``(rows, R, pairs, sol)``; ``p = 2^−R·rowsᵀλ``."""
+    rows, R, pairs = prompt_constraint_rows(inst, Wa, a)
+    sol = solve_min_norm_or_raise(rows, np.ones(len(rows)), None, pairs, "prompt SVM (p-SVM)")
+    return rows, R, pairs, sol
+
+
 def solve_prompt_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None) -> PromptSVMSolution:
     """Solve the p-SVM ``p_mm = argmin ||p||₂ s.t. (k_iα_i − k_it)ᵀ p ≥ 1`` exactly, with a certificate.
 
     Keys ``k_it = Wᵀ x_it``. Solved through the certified min-norm solver of :mod:`attnsvm.svm` on
     the Gram matrix ``(Δk_r · Δk_s)`` (an exact active-set finish), so ``p`` is accurate to about
-    1e-9 relative.
+    1e-9 relative. Scale-equivariant: with rows ``Δk = 2^R·Δk'`` (power-of-two mantissa),
+    ``p_mm = 2^−R·p'_mm`` and the multipliers are ``2^−2R`` times the rescaled ones.
+
+    Scale: any finite data; raises :class:`NumericalError` when ``max|p_mm|``, ``max|Δk|`` or the
+    largest multiplier is not a normal double (``p_mm(cX) = p_mm(X)/c``, multipliers ``/c²``).
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (p-SVM, eq. ATT-SVM for ``p``).
 
@@ -320,19 +669,18 @@ def solve_prompt_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = Non
       InfeasibleSVMError: when no ``p`` meets the constraints (e.g. a key equal to the selected one).
     """
     Wa = inst.check_weights(W)
-    a = inst.check_alpha(alpha)
-    rows, pairs = prompt_constraint_rows(inst, Wa, a)
-    sol = solve_min_norm_or_raise(rows, np.ones(len(rows)), None, pairs, "prompt SVM (p-SVM)")
-    p = rows.T @ sol.multipliers
+    a = scaled_alpha(inst, alpha)
+    rows, R, pairs, sol = _solve_prompt_scaled(inst, Wa, a)
+    ps = rows.T @ sol.multipliers
     return PromptSVMSolution(
-        p=p,
+        p=put_back(ps, -R, "the p-SVM solution p_mm"),
         alpha=a,
-        rows=rows,
+        rows=put_back(rows, R, "the p-SVM constraint rows Δk_it"),
         pairs=pairs,
-        duals=sol.multipliers,
+        duals=put_back(np.asarray(sol.multipliers), -2 * R, "the p-SVM multipliers"),
         support=[(int(i), int(t)) for i, t in pairs[sol.support]],
         weakly_active=[(int(i), int(t)) for i, t in pairs[sol.weakly_active]],
-        margins=rows @ p,
+        margins=rows @ ps,  # scale-invariant: Δkᵀp = rowsᵀ(2^R·2^−R)ps
         kkt=sol.kkt,
         error_bound=sol.error_bound,
         certified=sol.certified,
@@ -345,14 +693,20 @@ def prompt_local_optimality(inst: Instance, W: ArrayLike, alpha: ArrayLike | Non
     The prompt analogue of :func:`attnsvm.svm.is_locally_optimal` (support tokens of the p-SVM,
     token scores ``γ_it = Y_i vᵀx_it``; weakly active constraints count as support).
 
+    Scale: any finite data (invariant under ``X → cX``, ``W → cW``, ``v → cv``, ``c > 0``: the
+    support and the score order are computed from power-of-two mantissas).
+
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (locally optimal tokens).
     """
+    Wa = inst.check_weights(W)
+    a = scaled_alpha(inst, alpha)
     try:
-        sol = solve_prompt_svm(inst, W, alpha)
+        _, _, pairs, sol = _solve_prompt_scaled(inst, Wa, a)
     except InfeasibleSVMError:
         return False
-    g = inst.scores()
-    return all(g[i, sol.alpha[i]] > g[i, t] for i, t in sol.support)
+    As, _ = values_mantissa(inst.X, inst.v)
+    g = inst.Y[:, None] * As  # scores / 2^A: the same order
+    return all(g[i, a[i]] > g[i, t] for i, t in pairs[sol.support])
 
 
 # ============================================================================ GD
@@ -391,10 +745,18 @@ class PromptTrajectory:
 
 
 def _cos(a: FloatArray, b: FloatArray) -> float:
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    """``cos(a, b)`` from the mantissas (``||a||`` never squared at full scale); NaN for a zero vector."""
+    am, _ = mantissa(a)
+    bm, _ = mantissa(b)
+    na, nb = float(np.linalg.norm(am)), float(np.linalg.norm(bm))
     if na == 0 or nb == 0:
         return math.nan
-    return float(np.clip(np.dot(a / na, b / nb), -1.0, 1.0))
+    return float(np.clip(np.dot(am / na, bm / nb), -1.0, 1.0))
+
+
+def _tokens(data: PromptData, p: FloatArray) -> NDArray[np.intp]:
+    """``argmax_t k_itᵀp`` from the mantissas (the order of the logits is scale-invariant)."""
+    return np.argmax(data.ks @ mantissa(p)[0], axis=1).astype(np.intp)
 
 
 def run_prompt_gd(
@@ -414,6 +776,10 @@ def run_prompt_gd(
     The normalized direction is log-domain (:func:`normalized_prompt_grad`), so it stays exact
     after the gradient underflows; plain GD uses the cancellation-free gradient and raises
     :class:`NumericalError` if ``p`` becomes non-finite.
+
+    Scale: any finite data; equivariant (``X → cX``, ``lr → lr/c``, ``p0 → p0/c`` gives ``p_t/c``
+    exactly for powers of two ``c``); raises :class:`NumericalError` naming the step when a
+    gradient (plain GD), ``p`` or a recorded risk is not a normal double.
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (Thm. on GD convergence to p-SVM).
 
@@ -441,37 +807,44 @@ def run_prompt_gd(
     if ref is not None and not np.any(ref != 0):
         raise InvalidInstanceError("reference is the zero vector; it has no direction")
     at = set(int(s) for s in record_steps(record_at, steps))
-    keys, Y, a = keys_of(inst.X, Wa), inst.Y, inst.values()
+    data, Y = prompt_data(inst, Wa), inst.Y
     rec: list[PromptRecord] = []
 
     def record(t: int) -> None:
         try:
-            lg = normalized_prompt_grad_of(keys, Y, a, p, lo).log_norm / math.log(10.0)
+            lg = normalized_prompt_grad_of(data, Y, p, lo).log_norm / math.log(10.0)
         except NumericalError:
             lg = -math.inf
-        rec.append(
-            PromptRecord(
-                t,
-                float(np.linalg.norm(p)),
-                prompt_risk_of(keys, Y, a, p, lo),
-                np.argmax(keys @ p, axis=1).astype(np.intp),
-                _cos(p, ref) if ref is not None else math.nan,
-                lg,
-                np.array(p) if keep_iterates else None,
+        try:
+            rec.append(
+                PromptRecord(
+                    t,
+                    norm2(p, "||p||"),
+                    prompt_risk_of(data, Y, p, lo),
+                    _tokens(data, p),
+                    _cos(p, ref) if ref is not None else math.nan,
+                    lg,
+                    np.array(p) if keep_iterates else None,
+                )
             )
-        )
+        except NumericalError as exc:
+            raise NumericalError(f"prompt GD, record at step {t}: {exc}") from exc
 
     if 0 in at:
         record(0)
     for t in range(1, steps + 1):
         if normalized:
             try:
-                g = normalized_prompt_grad_of(keys, Y, a, p, lo).direction
+                g = normalized_prompt_grad_of(data, Y, p, lo).direction
             except NumericalError as exc:
                 raise NumericalError(f"normalized prompt GD at step {t}: {exc}") from exc
         else:
-            g = prompt_grad_of(keys, Y, a, p, lo)
-        p = p - lr * g
+            try:
+                g = prompt_grad_of(data, Y, p, lo)
+            except NumericalError as exc:
+                raise NumericalError(f"prompt GD at step {t}: {exc}") from exc
+        with np.errstate(over="ignore"):
+            p = p - lr * g
         if not np.all(np.isfinite(p)):
             raise NumericalError(f"prompt GD diverged at step {t}: p became non-finite; lower lr")
         if t in at:
@@ -509,6 +882,11 @@ def prompt_regularization_path(
     ``tol``. The risk is not convex in ``p``, so the
     points are stationary points of the constrained problems (residual reported), not certified
     minimisers. Tarzanagh et al. show ``p_R/R → p_mm/||p_mm||`` for the optimal tokens.
+    The engine runs in logit units ``q = 2^K·p`` on radii ``2^K·R`` (``2^K`` the keys' scale).
+
+    Scale: any finite data; equivariant (``X → cX``, ``radii → radii/c`` gives ``p_R/c``);
+    raises :class:`NumericalError` when ``R·max|k|``, a point ``p_R`` or its risk is not a
+    normal double.
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (regularization path of ``p``).
 
@@ -535,26 +913,35 @@ def prompt_regularization_path(
     lo = get_loss(loss)
     Wa = inst.check_weights(W)
     ref = None if reference is None else check_prompt(inst, reference, "reference")
-    keys, Y, a = keys_of(inst.X, Wa), inst.Y, inst.values()
+    data, Y = prompt_data(inst, Wa), inst.Y
+    # Run in logit units q = 2^K·p against the key mantissa (exactly the same logits), on radii
+    # 2^K·R: the engine's norms and steps then stay O(R_eff) whatever the size of the keys.
+    unit = PromptData(data.ks, 0, data.As, data.A)
+    R_eff = put_back(R_all, data.K, "the radii in logit units R·max|k|")
+    if float(np.min(R_eff)) < FLOAT_TINY:
+        raise range_error(
+            "the smallest radius in logit units R·max|k|", math.log(float(R_all[0])) + data.K * _LN2
+        )
     steps = projected_path(
         np.zeros(inst.d),
-        R_all,
-        lambda pc: prompt_risk_of(keys, Y, a, pc, lo),
-        lambda pc: normalized_prompt_grad_of(keys, Y, a, pc, lo),
+        R_eff,
+        lambda qc: _prompt_risk_unchecked(unit, Y, qc, lo),
+        lambda qc: normalized_prompt_grad_of(unit, Y, qc, lo),
         max_steps,
         lr,
         tol,
     )
     out: list[PromptPathPoint] = []
-    for st in steps:
+    for R, st in zip(R_all, steps, strict=True):
         on_sphere = float(np.linalg.norm(st.x)) >= st.radius * (1 - 1e-12)
+        p = put_back(st.x, -data.K, f"the path point p_R at R = {R:.3g}")
         out.append(
             PromptPathPoint(
-                st.radius,
-                st.x,
-                st.risk,
-                np.argmax(keys @ st.x, axis=1).astype(np.intp),
-                _cos(st.x, ref) if ref is not None else math.nan,
+                float(R),
+                p,
+                prompt_risk_of(unit, Y, st.x, lo),
+                _tokens(unit, st.x),
+                _cos(p, ref) if ref is not None else math.nan,
                 st.residual if on_sphere else math.nan,
             )
         )
