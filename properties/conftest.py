@@ -49,10 +49,10 @@ SWEEP_ROUNDS_ENV = "ATTNSVM_SWEEP_ROUNDS"
 TIMEOUT_ENV = "ATTNSVM_PROPERTY_TIMEOUT"
 
 #: Examples per property test in each profile (costly tests use a fraction, see the tests).
-MAX_EXAMPLES = {"dev": 20, "ci": 100, "sweep": 2000}
+MAX_EXAMPLES = {"dev": 20, "ci": 100, "sweep": 2000, "mutation": 25}
 #: Per-test timeout in seconds (pytest-timeout): a guard against hangs, not a speed assertion.
 #: Generous: the slowest ci property takes well under a minute on one core.
-TIMEOUTS = {"dev": 300, "ci": 300, "sweep": 7200}
+TIMEOUTS = {"dev": 300, "ci": 300, "sweep": 7200, "mutation": 300}
 
 settings.register_profile(
     "dev",
@@ -70,6 +70,9 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
+# Mutation testing (tools/mutation.py): the ci profile with a quarter of its examples, so a
+# mutant's run is short; derandomized, so a mutant's outcome does not depend on the run.
+settings.register_profile("mutation", settings.get_profile("ci"), max_examples=MAX_EXAMPLES["mutation"])
 settings.register_profile(
     "sweep",
     max_examples=MAX_EXAMPLES["sweep"],

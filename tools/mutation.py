@@ -13,7 +13,7 @@ What it does:
    ``build/mutation/<module>/`` so that a run never touches the checkout;
 2. writes a ``[tool.mutmut]`` section into the copy's ``pyproject.toml`` that mutates only
    ``attnsvm/<module>.py`` and runs only that module's test selection (:data:`TESTS`; unit tests,
-   property suites in the ``ci`` profile, symbolic suites where they tie proofs to the code);
+   property suites in the ``mutation`` profile: ci with a quarter of the examples);
 3. generates the mutants, draws the sample (``random.Random(seed).sample`` over the sorted mutant
    names, so a sample is reproducible from its seed), runs mutmut on exactly those;
 4. reads each mutant's outcome, subtracts the mutants judged *equivalent* in
@@ -197,7 +197,7 @@ def run(module: str, *, sample: int | None, seed: int, children: int) -> dict[st
         f"{module}: {len(names)} mutants, running {len(chosen)} (seed {seed}); tests: {' '.join(tests)}",
         flush=True,
     )
-    env = dict(os.environ, ATTNSVM_HYPOTHESIS_PROFILE="ci", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(os.environ, ATTNSVM_HYPOTHESIS_PROFILE="mutation", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env["OPENBLAS_NUM_THREADS"] = "1"
     t0 = time.time()
     # mutmut takes the names as arguments (a few thousand names fit in a Linux command line).
