@@ -21,13 +21,16 @@ What it does:
    ``docs/mutation/<module>.json``: counts, the score ``killed / (tried − equivalent)`` and its
    exact (Clopper–Pearson) 95 % interval, the seed, the survivors' names.
 
-Survivors are shown with ``mutmut show NAME`` inside ``build/mutation/<module>/``.
+Survivors are shown with ``mutmut show NAME`` inside ``build/mutation/<module>/``. After adding
+tests for them, ``--survivors`` runs only the last run's live survivors again (valid while the
+module's source is unchanged; the JSON records its hash).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import random
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "mutation"
@@ -184,39 +188,70 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
-def run(module: str, *, sample: int | None, seed: int, children: int) -> dict[str, object]:
+def _source_hash(module: str) -> str:
+    return hashlib.sha256((ROOT / "attnsvm" / f"{module}.py").read_bytes()).hexdigest()
+
+
+def _previous(module: str) -> dict[str, Any]:
+    """The last run's result; ``--survivors`` needs it, for the same source of the module."""
+    path = RESULTS / f"{module}.json"
+    if not path.exists():
+        raise SystemExit(f"{module}: no previous run ({path}); run without --survivors first")
+    doc: dict[str, Any] = json.loads(path.read_text())
+    if doc.get("source_sha256") != _source_hash(module):
+        raise SystemExit(
+            f"{module}: attnsvm/{module}.py changed since the last run, so mutant names may mean other "
+            "mutations; run the whole sample again (without --survivors)"
+        )
+    return doc
+
+
+def run(module: str, *, sample: int | None, seed: int, children: int, survivors: bool) -> dict[str, Any]:
+    """Mutate ``attnsvm/<module>.py``, run the sample (or, with ``survivors``, the last run's live
+    survivors only, keeping its other outcomes), and write ``docs/mutation/<module>.json``."""
+    prev = _previous(module) if survivors else None
     tests = [t for t in TESTS[module] if (ROOT / t).exists()]
     dest = ROOT / "build" / "mutation" / module
     _copy_tree(dest)
     _configure(dest, module, tests)
     names = _generate(dest)
+    if prev is not None:
+        sample, seed = prev["tried"], prev["sample_seed"] if prev["sample_seed"] is not None else seed
     chosen = (
         names if sample is None or sample >= len(names) else sorted(random.Random(seed).sample(names, sample))
     )
+    to_run = chosen if prev is None else prev["live_survivors"]
     print(
-        f"{module}: {len(names)} mutants, running {len(chosen)} (seed {seed}); tests: {' '.join(tests)}",
+        f"{module}: {len(names)} mutants, sample of {len(chosen)} (seed {seed}), running {len(to_run)}; "
+        f"tests: {' '.join(tests)}",
         flush=True,
     )
     env = dict(os.environ, ATTNSVM_HYPOTHESIS_PROFILE="mutation", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env["OPENBLAS_NUM_THREADS"] = "1"
     t0 = time.time()
-    # mutmut takes the names as arguments (a few thousand names fit in a Linux command line).
-    subprocess.run(
-        ["mutmut", "run", "--max-children", str(children), *chosen], cwd=dest, env=env, check=False
-    )
+    if to_run:
+        # mutmut takes the names as arguments (a few thousand names fit in a Linux command line).
+        subprocess.run(
+            ["mutmut", "run", "--max-children", str(children), *to_run], cwd=dest, env=env, check=False
+        )
     elapsed = time.time() - t0
     codes = _exit_codes(dest)
-    outcome = {name: codes.get(name) for name in chosen}
     equivalent = _equivalent(module)
-    killed = sorted(n for n, c in outcome.items() if c in KILLED or c in TIMEOUT)
-    survived = sorted(n for n, c in outcome.items() if c not in KILLED and c not in TIMEOUT)
-    judged = sorted(n for n in survived if n in equivalent)
+    if prev is None:
+        killed = sorted(n for n in chosen if codes.get(n) in KILLED | TIMEOUT)
+        untested = sorted(n for n in chosen if codes.get(n) in (33, 5, None))
+    else:
+        killed = sorted(set(prev["killed_names"]) | {n for n in to_run if codes.get(n) in KILLED | TIMEOUT})
+        untested = sorted(n for n in to_run if codes.get(n) in (33, 5, None))
+    survived = sorted(set(chosen) - set(killed))
+    judged = [n for n in survived if n in equivalent]
     live = [n for n in survived if n not in equivalent]
     denom = len(killed) + len(live)
     ratio = len(killed) / denom if denom else None
     lo, hi = clopper_pearson(len(killed), denom)
-    doc: dict[str, object] = {
+    doc: dict[str, Any] = {
         "module": f"attnsvm/{module}.py",
+        "source_sha256": _source_hash(module),
         "mutants_total": len(names),
         "tried": len(chosen),
         "sample_seed": None if len(chosen) == len(names) else seed,
@@ -226,10 +261,11 @@ def run(module: str, *, sample: int | None, seed: int, children: int) -> dict[st
         "score": ratio,
         "score_ci95": [lo, hi],
         "live_survivors": live,
-        "untested": sorted(n for n, c in outcome.items() if c in (33, 5, None)),
+        "untested": untested,
         "tests": tests,
-        "seconds": round(elapsed, 1),
+        "seconds": round(elapsed + (prev["seconds"] if prev else 0.0), 1),
         "mutmut": "3.8.1",
+        "killed_names": killed,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{module}.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -252,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=20261201, help="seed of the sample (default: 20261201)")
     p.add_argument("--children", type=int, default=2, help="parallel mutmut workers (default: 2)")
     p.add_argument("--list", action="store_true", help="print the modules and their test selections")
+    p.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run only the last run's live survivors again (after adding tests; the module's source "
+        "must be unchanged), keeping its other outcomes",
+    )
     args = p.parse_args(argv)
     if args.list or not args.modules:
         for m, t in TESTS.items():
@@ -262,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown module(s) {unknown}; choose from {', '.join(TESTS)}")
     live = 0
     for m in args.modules:
-        doc = run(m, sample=args.sample, seed=args.seed, children=args.children)
-        live += len(doc["live_survivors"])  # type: ignore[arg-type]
+        doc = run(m, sample=args.sample, seed=args.seed, children=args.children, survivors=args.survivors)
+        live += len(doc["live_survivors"])
     return 1 if live else 0
 
 
