@@ -107,19 +107,58 @@ def _parse_alpha(text: str | None) -> Any:
 
 
 # ------------------------------------------------------------------------------- svm
+def _scaled_norms(W: Any) -> tuple[float, float]:
+    """``||W||_F`` and ``||W||_*`` of a finite matrix without overflow or underflow in between.
+
+    Computed on ``W·2^−e`` (exact, largest entry in ``[½, 1)``) and scaled back; raises the scale
+    contract's error when a norm itself is not a finite double.
+    """
+    from .scaling import check_finite_result, ldexp_scale, pow2_exponent
+
+    e = pow2_exponent(W)
+    Ws = ldexp_scale(W, e)
+    fro, nuc = float(np.linalg.norm(Ws)), float(np.linalg.norm(Ws, "nuc"))
+    with np.errstate(over="ignore"):
+        out = np.ldexp(np.array([fro, nuc]), e)
+    check_finite_result(out, "the norm of the Att-SVM solution W")
+    return float(out[0]), float(out[1])
+
+
 def cmd_svm(args: argparse.Namespace) -> int:
-    """Solve Att-SVM(α) for the data in a .npz file."""
+    """Solve Att-SVM(α) for the data in a .npz file.
+
+    Scale: any finite data. The solution is computed on exactly rescaled data
+    (``W_mm(aX, bz) = W_mm(X, z)/(ab)``); when ``W`` itself is outside float64's normal range the command
+    exits 2 with the one-line :class:`~attnsvm.NumericalError` message. ``duals`` is ``null`` when a
+    multiplier is not a normal double; ``duals_scaled`` then gives them as ``mantissa·2^exponent``.
+    """
     inst, alpha = load_instance(args.data)
     a_cli = _parse_alpha(args.alpha)
     if a_cli is not None:
         alpha = a_cli
     alpha = inst.check_alpha(alpha)
-    from .svm import is_locally_optimal, solve_svm
+    from .errors import SolverError
+    from .svm import local_optimality_report, solve_svm
 
     t0 = time.perf_counter()
-    sol = solve_svm(inst, alpha=alpha, norm=args.norm, method=args.method)
-    elapsed = time.perf_counter() - t0
-    W = np.asarray(sol.W)
+    try:
+        sol = solve_svm(inst, alpha=alpha, norm=args.norm, method=args.method)
+        elapsed = time.perf_counter() - t0
+        W = np.asarray(sol.W)
+        norm_fro, norm_nuc = _scaled_norms(W)
+        rep: Any = None
+        if args.norm == "fro":
+            try:
+                rep = local_optimality_report(inst, sol.alpha)
+            except SolverError as exc:  # uncertified support: undecided, never a guess
+                rep = exc
+    except AttnSVMError:  # the package's own errors (NumericalError is also an ArithmeticError): as they are
+        raise
+    except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:  # never a traceback
+        raise SolverError(
+            f"internal numerical failure ({type(exc).__name__}: {exc}); this is a bug in attnsvm: please "
+            "report it with the data file"
+        ) from exc
     doc: dict[str, Any] = {
         "shape": {"n": inst.n, "T": inst.T, "d": inst.d},
         "norm": args.norm,
@@ -127,18 +166,30 @@ def cmd_svm(args: argparse.Namespace) -> int:
         "method_used": getattr(sol, "method", None),
         "alpha": np.asarray(sol.alpha).tolist(),
         "W": W.tolist(),
-        "norm_fro": float(np.linalg.norm(W)),
-        "norm_nuc": float(np.linalg.norm(W, "nuc")),
+        "norm_fro": norm_fro,
+        "norm_nuc": norm_nuc,
         "support": [
             list(map(int, p)) for p in np.asarray(getattr(sol, "support", []), dtype=np.intp).reshape(-1, 2)
         ],
         "kkt": _as_dict(getattr(sol, "kkt", None)),
+        "certified": bool(sol.certified),
+        "error_bound": float(sol.error_bound),
         "time_s": elapsed,
     }
     duals = getattr(sol, "duals", None)
     doc["duals"] = None if duals is None else np.asarray(duals).tolist()  # None for the nuclear norm
-    if args.norm == "fro":
-        doc["locally_optimal"] = bool(is_locally_optimal(inst, sol.alpha))
+    if duals is None and sol.duals_mantissa is not None:  # multipliers outside the normal range
+        doc["duals_scaled"] = {
+            "mantissa": np.asarray(sol.duals_mantissa).tolist(),
+            "exponent": int(sol.duals_exponent),
+            "meaning": "duals = mantissa * 2**exponent",
+        }
+    if isinstance(rep, SolverError):
+        doc["locally_optimal"] = None
+        doc["local_optimality"] = "undecided: " + " ".join(str(rep).split())
+    elif rep is not None:
+        doc["locally_optimal"] = bool(rep.locally_optimal)
+        doc["local_optimality"] = rep.reason
     _write_json(doc, args.out)
     return EXIT_OK
 

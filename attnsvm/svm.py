@@ -29,6 +29,18 @@ rescales ``W`` to restore exact feasibility, and certifies its objective by a du
 :func:`min_norm_dual` is the reusable exact core: given only a Gram matrix ``K = AAᵀ`` and a
 right-hand side ``b`` it solves ``min ½||w||² s.t. a_rᵀw = b_r (r ∈ E), a_rᵀw ≥ b_r (r ∉ E)``.
 
+Scale (the contract of :mod:`attnsvm.scaling`). The constraints are bilinear in ``(X, z)``, so
+``W_mm(aX, bz) = W_mm(X, z)/(ab)`` and the multipliers scale by ``1/(ab)²``. Every solver divides each
+row by its norm ``||Δ_it||·||z_i||`` (an exact reformulation, kept as mantissa·2^E so nothing of the size
+of the data is squared or multiplied out, see ``_UnitSVM``), solves the unit-row problem and puts the
+scale back as a power of two. It therefore works for finite data of any magnitude, is exactly
+equivariant under power-of-two scalings, and raises :class:`~attnsvm.errors.NumericalError` only when
+``||W_mm||`` (or a margin) is not a normal double; multipliers outside the normal range are returned as
+``duals_mantissa·2^duals_exponent`` (``duals = None``). Data whose rows span ≳ 9 orders of magnitude
+can make a support constraint unresolvable in float64: the solution is then not certified and
+:func:`local_optimality_report` refuses. :func:`min_norm_dual` does the same with exact power-of-two
+row equilibration of ``K`` and scaling of ``b``.
+
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (Att-SVM, support tokens,
 local optimality); Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596; Gao, Song, Xie,
 arXiv 2307.02419 (tensor trick); Lawson & Hanson, *Solving Least Squares Problems* (1974),
@@ -37,6 +49,7 @@ ch. 23 (least-distance programming through NNLS).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,9 +58,10 @@ import numpy as np
 import scipy.optimize
 from numpy.typing import ArrayLike, NDArray
 
+from . import scaling
 from .errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, SolverError, unknown_name
 from .instance import TIE_RTOL, Instance, as_real_array
-from .tensor import SVMConstraints, svm_constraints, svm_rows
+from .tensor import SVMConstraints
 
 __all__ = [
     "SVM_METHODS",
@@ -107,6 +121,11 @@ ROUNDING_RTOL = 1e-12
 #: float64 can certify, and the NNLS residual that separates the two cases (``1/(1+||w||²)``) is at
 #: the rounding level. The error message then quotes the certified lower bound on any feasible norm.
 INFEASIBLE_NORM = 1e7
+
+#: Inequality rows (unit length) with right-hand side below ``−VACUOUS_RHS`` (after scaling the binding
+#: right-hand sides to ``max = 1``) are clamped there: they cannot bind unless ``||u|| ≥ 2^64``, far beyond
+#: ``INFEASIBLE_NORM`` and any norm whose solve ``cond(K_S)·eps`` could certify.
+VACUOUS_RHS = 2.0**64
 
 #: The nuclear-norm solution is feasible to this (its minimum margin is ``≥ 1 − NUC_FEAS_TOL``);
 #: rescaling by the minimum margin makes it ``1`` up to rounding.
@@ -180,7 +199,8 @@ class MinNormSolution:
       certified: ``error_bound`` and every KKT residual are ``≤ CERTIFY_RTOL``.
       method: how the active set was found (``"active-set"`` from the hint, ``"nnls+active-set"``,
         ``"nnls"`` when the refinement failed and the NNLS point is returned uncertified, or
-        ``"trivial"`` when every right-hand side is 0 and ``w = 0``, ``λ = 0`` is the answer).
+        ``"trivial"`` when no row needs ``w ≠ 0`` (inequality right-hand sides ``≤ 0``, equality ones
+        ``0``) and ``w = 0``, ``λ = 0`` is the answer).
       iterations: active-set iterations used.
     """
 
@@ -227,18 +247,29 @@ class SVMSolution:
       pairs: ``(m, 2)`` array of ``(i, t)``, the rows of ``svm_rows(inst, alpha)`` in order.
       margins: ``Δ_itᵀ W z_i`` per row, shape ``(m,)``, computed from ``W``.
       duals: multipliers of ``min ½||W||_F²``, aligned with ``pairs`` (``vec(W) = svm_rowsᵀ·duals``);
-        ``None`` for ``norm="nuc"``. Not unique when the Gram matrix is singular: compare ``W``.
+        ``None`` for ``norm="nuc"``, and ``None`` when a non-negligible multiplier is not a normal double
+        (they scale by ``1/(ab)²`` when ``X, z`` scale by ``a, b``: see ``duals_mantissa``). Multipliers
+        below ``MULTIPLIER_RTOL·max`` that would be subnormal are returned as 0. Not unique when the
+        Gram matrix is singular: compare ``W``.
       support: active constraints ``(i, t)`` (margin 1 to :data:`SUPPORT_RTOL`; nuc:
         :data:`NUC_SUPPORT_TOL`), weakly active ones included.
       weakly_active: the support pairs with multiplier 0 (fro only; ``()`` for nuc).
       kkt: relative :class:`KKTResiduals` of the Frobenius problem (``None`` for nuc).
       error_bound: fro: ``cond(K_S)·eps``; nuc: the relative optimality gap certified by a dual
         feasible point, ``(||W||_* − lower bound)/||W||_*``.
-      certified: fro: ``error_bound`` and the KKT residuals are ``≤ CERTIFY_RTOL``; nuc: ``False``.
+      certified: fro: ``error_bound`` and the KKT residuals are ``≤ CERTIFY_RTOL`` and every support row is
+        resolved (``1 > SUPPORT_RTOL·(1 + ||Δ_it||·||z_i||·||W||)``: otherwise its margin is below rounding,
+        which happens only for data spanning ≥ 9 orders of magnitude across rows); nuc: ``False``.
       raw_rel_error: ``||W_raw − W||_F/||W||_F`` of the conic solver's own answer (primal/vector;
         ``None`` for dual and nuc).
       iterations: active-set iterations (0 for nuc).
       timings: seconds spent per stage (``"solver"``, ``"active_set"``, ``"total"``).
+      W_raw: diagnostic: the conic solver's own answer before the exact active-set finish, at the data's
+        scale (primal/vector; ``None`` for dual and nuc). Accurate only to the conic solver's tolerance
+        (~1e-4..1e-8 relative); ``W`` is the certified answer. ``None`` also when it overflows (possible
+        only when ``||W||`` is within the solver's error of ``FLOAT_MAX``).
+      duals_mantissa, duals_exponent: the multipliers as ``duals_mantissa·2^duals_exponent`` (exact, at
+        every scale; ``max duals_mantissa ∈ [½, 1)``); ``None``/``0`` for nuc.
     """
 
     W: FloatArray
@@ -258,6 +289,9 @@ class SVMSolution:
     raw_rel_error: float | None
     iterations: int
     timings: dict[str, float] = field(default_factory=dict)
+    W_raw: FloatArray | None = None
+    duals_mantissa: FloatArray | None = None
+    duals_exponent: int = 0
 
 
 def _ro(a: NDArray[Any]) -> NDArray[Any]:
@@ -431,11 +465,18 @@ def _core(L: FloatArray, b: FloatArray, eq: NDArray[np.bool_], hint: IntArray | 
     # max|b| = 1: the conditioning then reflects only the geometry of the rows.
     Ln = L[live] / rn[live, None]
     bn = b[live] / rn[live]
-    s = float(np.max(np.abs(bn))) if bn.size else 0.0
-    if s == 0.0:  # every right-hand side is 0: w = 0 is optimal
-        return _Core(np.zeros(k), np.zeros(m), 0.0, 0, "trivial")
-    bs = bn / s
     eqn = eq[live]
+    # Scale by the rows that can bind away from 0 (equalities, and inequalities with b_r > 0): a row with
+    # b_r ≤ 0 holds at w = 0, and letting a large negative b_r set the scale would push the binding
+    # right-hand sides towards underflow (w would come out 0 where it is not).
+    need = eqn | (bn > 0.0)
+    s = float(np.max(np.abs(bn[need]))) if np.any(need) else 0.0
+    if s == 0.0:  # no row needs w ≠ 0 (inequalities with b_r ≤ 0, equalities with b_r = 0): w = 0
+        return _Core(np.zeros(k), np.zeros(m), 0.0, 0, "trivial")
+    with np.errstate(over="ignore"):
+        # an inequality with b_r below −VACUOUS_RHS cannot bind while ||u|| < VACUOUS_RHS (unit rows):
+        # clamping it there is exact for every solution float64 can certify, and keeps b finite
+        bs = np.where(eqn, bn / s, np.maximum(bn / s, -VACUOUS_RHS))
 
     def unscale(u: FloatArray, lam_n: FloatArray) -> tuple[FloatArray, FloatArray]:
         lam = np.zeros(m)
@@ -484,17 +525,25 @@ def _kkt(
     wnorm: float,
     stat_resid: float,
     dual_obj_quad: float,
+    *,
+    lam_rel: FloatArray | None = None,
 ) -> KKTResiduals:
-    """Relative KKT residuals (see :class:`KKTResiduals`)."""
+    """Relative KKT residuals (see :class:`KKTResiduals`).
+
+    ``lam_rel``: numbers proportional to the multipliers of the problem as posed, when ``lam_raw`` are
+    those of an equivalent row-scaled one (dual feasibility and complementary slackness are relative to
+    ``max|λ|`` of the problem as posed); default ``lam_raw``.
+    """
     scale = np.abs(b) + row_norms * wnorm
     scale = np.where(scale > 0, scale, 1.0)
     slack = margins - b
     pf_rows = np.where(eq, np.abs(slack), np.maximum(0.0, -slack)) / scale
-    lmax = float(np.max(np.abs(lam_raw))) if lam_raw.size else 0.0
+    lr = lam_raw if lam_rel is None else lam_rel
+    lmax = float(np.max(np.abs(lr))) if lr.size else 0.0
     lam_scale = lmax if lmax > 0 else 1.0
-    ineq_lam = lam_raw[~eq]
+    ineq_lam = lr[~eq]
     dual_feas = max(0.0, -float(np.min(ineq_lam))) / lam_scale if ineq_lam.size else 0.0
-    comp = float(np.max(np.abs(lam_raw) / lam_scale * np.abs(slack) / scale)) if lam_raw.size else 0.0
+    comp = float(np.max(np.abs(lr) / lam_scale * np.abs(slack) / scale)) if lr.size else 0.0
     primal = 0.5 * wnorm**2
     dual = float(b @ lam_raw) - 0.5 * dual_obj_quad
     gap = abs(primal - dual) / primal if primal > 0 else abs(dual)
@@ -582,6 +631,12 @@ def min_norm_dual(
         form); more accurate than the eigendecomposition used otherwise (``cond(A)`` instead of ``cond(K)``).
       support_hint: optional row indices believed active (e.g. from a conic solver); only a starting point.
 
+    Scale: any finite ``K``, ``b``: rows are equilibrated by exact powers of two (``K_rr`` to ``[¼, 1)``) and
+    ``b`` rescaled to ``max ∈ [½, 1)``, so ``min_norm_dual(4^j K, 2^jb b)`` is exactly ``2^(jb−j)·w``,
+    ``2^(jb−2j)·λ``. Accuracy ``error_bound`` (certified ≤ 1e-9 relative). Raises ``NumericalError`` iff
+    ``||w||`` or a non-negligible multiplier (``> MULTIPLIER_RTOL·max``) is not a normal double, or a margin
+    overflows (margins are absolute: one below 2.2e-308 is returned as it rounds).
+
     Returns:
       :class:`MinNormSolution` (multipliers, support, weakly active rows, margins, KKT residuals, error bound).
 
@@ -596,18 +651,44 @@ def min_norm_dual(
     ba = as_real_array(b, "b", ndim=1)
     if ba.shape != (m,):
         raise InvalidInstanceError(f"b must have shape (m,) = ({m},) to match K; got {ba.shape}")
-    kmax = float(np.max(np.abs(Ka))) if Ka.size else 0.0
-    if np.max(np.abs(Ka - Ka.T), initial=0.0) > GRAM_RTOL * kmax:
+    # Scale (exact, powers of two): row r of A is divided by 2^{k_r}, k_r = ⌈e_r/2⌉ with K_rr = μ·2^{e_r},
+    # so K' = D K D (D = diag 2^{−k}) has diagonal in [¼, 1) — the same feasible set with b'_r = 2^{−k_r} b_r —
+    # and b' is divided by 2^Gb (its largest entry to [½, 1)). Then w = 2^Gb·w', λ_r = 2^{Gb−k_r}·λ'_r,
+    # margins_r = 2^{Gb+k_r}·margins'_r. Nothing of the size of K or b is formed in floating point, and
+    # the equivariance min_norm(c²K, βb) = (β/c)·min_norm(K, b) holds bitwise.
+    diag = np.diag(Ka)
+    kr = np.where(diag > 0, (np.frexp(np.abs(diag))[1] + 1) // 2, 0).astype(np.int64)
+    with np.errstate(over="ignore", under="ignore"):
+        Ks = np.ldexp(Ka, -(kr[:, None] + kr[None, :]))
+    if not np.all(np.isfinite(Ks)):
+        raise InvalidInstanceError(
+            "K must be positive semidefinite (a Gram matrix AAᵀ): an off-diagonal entry exceeds "
+            "sqrt(K_rr·K_ss) by far. Pass K = A @ A.T, or a factor."
+        )
+    kmax = float(np.max(np.abs(Ks))) if Ks.size else 0.0
+    if np.max(np.abs(Ks - Ks.T), initial=0.0) > GRAM_RTOL * kmax:
         raise InvalidInstanceError("K must be symmetric (a Gram matrix AAᵀ); K - K.T is not negligible")
     eq = _equality_mask(equality, m)
+    bexp = np.frexp(ba)[1].astype(np.int64) - kr
+    # the scale is set by the rows that can bind away from w = 0 (see _core); a very negative b_r of an
+    # inequality is clamped at −VACUOUS_RHS (it cannot bind), so nothing overflows
+    need = (eq | (ba > 0.0)) & (ba != 0.0)
+    Gb = int(np.max(bexp[need])) if np.any(need) else 0
+    with np.errstate(over="ignore", under="ignore"):
+        bs = np.ldexp(ba, -kr - Gb)  # binding max |b'| ∈ [½, 1); entries 2^-1074 below it flush (negligible)
+    bs = np.where(eq, bs, np.maximum(bs, -VACUOUS_RHS))
     if factor is None:
-        L = _factor_from_gram(0.5 * (Ka + Ka.T))
+        L = _factor_from_gram(0.5 * (Ks + Ks.T))
     else:
-        L = as_real_array(factor, "factor", ndim=2)
-        if L.shape[0] != m:
-            raise InvalidInstanceError(f"factor must have m = {m} rows; got shape {L.shape}")
-        if np.max(np.abs(L @ L.T - Ka), initial=0.0) > GRAM_RTOL * max(kmax, 1e-300):
-            raise InvalidInstanceError("factor L does not satisfy L @ L.T == K (to 1e-10 relative)")
+        Lu = as_real_array(factor, "factor", ndim=2)
+        if Lu.shape[0] != m:
+            raise InvalidInstanceError(f"factor must have m = {m} rows; got shape {Lu.shape}")
+        with np.errstate(under="ignore"):
+            L = np.ldexp(Lu, -kr[:, None])
+        if np.max(np.abs(L @ L.T - Ks), initial=0.0) > GRAM_RTOL * max(kmax, 1e-300):
+            raise InvalidInstanceError(
+                "factor L does not satisfy L @ L.T == K (to 1e-10 relative to sqrt(K_rr·K_ss))"
+            )
     hint = None
     if support_hint is not None:
         raw = np.asarray(support_hint).reshape(-1)
@@ -621,37 +702,105 @@ def min_norm_dual(
         hint = raw.astype(np.intp)
         if hint.size and (hint.min() < 0 or hint.max() >= m):
             raise InvalidInstanceError(f"support_hint indices must lie in [0, {m - 1}]")
+    # A zero row (K_rr = 0) asking for a nonzero right-hand side: reported with b as given (the scaled
+    # problem would quote b'_r).
+    bad = (diag == 0.0) & np.where(eq, ba != 0.0, ba > 0.0)
+    if np.any(bad):
+        r = int(np.flatnonzero(bad)[0])
+        cert = np.zeros(m)
+        cert[r] = np.sign(ba[r])
+        raise InfeasibleMinNormError(
+            f"min-norm problem infeasible: rows [{r}] cannot hold together (row {r} is identically zero but "
+            f"asks for {'=' if eq[r] else '≥'} {ba[r]:.6g}); the combination Σ c_r a_r with certificate c ≥ 0 "
+            "vanishes while Σ c_r b_r > 0, so any solution would need ||w|| ≥ inf. Drop or relax one of "
+            "these rows.",
+            cert,
+            np.inf,
+        )
     try:
-        core = _core(L, ba, eq, hint)
+        core = _core(L, bs, eq, hint)
     except InfeasibleMinNormError as err:
         rows = err.rows.tolist()
+        # back to the rows as given: weights c_r·2^{−k_r} (normalised to max 1), bound 2^Gb·bound
+        cw = err.certificate * np.ldexp(1.0, -(kr - int(np.min(kr[err.rows])) if err.rows.size else -kr))
+        cert = cw / float(np.max(np.abs(cw))) if np.any(cw != 0) else cw
+        with np.errstate(over="ignore"):
+            bound = float(np.ldexp(err.norm_bound, Gb))
         raise InfeasibleMinNormError(
             f"min-norm problem infeasible: rows {rows} cannot hold together ({err}); the combination "
             f"Σ c_r a_r with certificate c ≥ 0 vanishes while Σ c_r b_r > 0, so any solution would need "
-            f"||w|| ≥ {err.norm_bound:.3g}. Drop or relax one of these rows.",
-            err.certificate,
-            err.norm_bound,
+            f"||w|| ≥ {_pow2_str(err.norm_bound, Gb)}. Drop or relax one of these rows.",
+            cert,
+            bound,
         ) from None
-    return _min_norm_solution(L, ba, eq, core)
+    return _min_norm_solution(L, bs, eq, core, kr=kr, Gb=Gb, factor=None if factor is None else Lu)
 
 
-def _min_norm_solution(L: FloatArray, b: FloatArray, eq: NDArray[np.bool_], core: _Core) -> MinNormSolution:
+def _min_norm_solution(
+    L: FloatArray,
+    b: FloatArray,
+    eq: NDArray[np.bool_],
+    core: _Core,
+    *,
+    kr: NDArray[np.int64],
+    Gb: int,
+    factor: FloatArray | None,
+) -> MinNormSolution:
+    """Residuals of the scaled problem ``(L, b)``; results at the caller's scale (see :func:`min_norm_dual`)."""
     u, lam_raw = core.u, core.lam
     lam = np.where(eq, lam_raw, np.maximum(lam_raw, 0.0))
     margins = L @ u
     rn = np.linalg.norm(L, axis=1)
     wnorm = float(np.linalg.norm(u))
     Lt_lam = L.T @ lam
-    kkt = _kkt(margins, b, eq, rn, lam_raw, wnorm, float(np.linalg.norm(u - Lt_lam)), float(Lt_lam @ Lt_lam))
-    support, weak = _classify(margins, b, eq, rn, lam, wnorm)
+    # relative sizes of the multipliers of the rows as given: λ_r ∝ 2^{−k_r}·λ'_r
+    w_rel = np.ldexp(1.0, -(kr - int(np.min(kr)))) if kr.size else np.ones(0)
+    kkt = _kkt(
+        margins,
+        b,
+        eq,
+        rn,
+        lam_raw,
+        wnorm,
+        float(np.linalg.norm(u - Lt_lam)),
+        float(Lt_lam @ Lt_lam),
+        lam_rel=lam_raw * w_rel,
+    )
+    support, weak = _classify(margins, b, eq, rn, lam * w_rel, wnorm)
+    log2 = math.log(2.0)
+    if wnorm > 0:
+        scaling.check_log_representable(
+            "the least-norm solution ||w||", math.log(wnorm) + Gb * log2, remedy="rescale b (w scales with b)"
+        )
+    with np.errstate(over="ignore", under="ignore"):
+        lam_out = np.ldexp(lam, Gb - kr)
+        margins_out = np.ldexp(margins, Gb + kr)
+    lw = np.abs(lam) * w_rel
+    significant = lw > MULTIPLIER_RTOL * float(np.max(lw, initial=0.0))
+    bad = significant & ~((np.abs(lam_out) >= scaling.FLOAT_TINY) & (np.abs(lam_out) <= scaling.FLOAT_MAX))
+    if np.any(bad):
+        r = int(np.flatnonzero(bad)[0])
+        raise scaling.range_error(
+            f"the multiplier λ_{r} of min_norm_dual",
+            math.log(abs(float(lam[r]))) + float(Gb - kr[r]) * log2,
+            remedy="rescale K or b (λ scales with b and with 1/K)",
+        )
+    lam_out = np.where(np.abs(lam_out) >= scaling.FLOAT_TINY, lam_out, 0.0)  # negligible ones only
+    if not np.all(np.isfinite(margins_out)):
+        r = int(np.flatnonzero(~np.isfinite(margins_out))[0])
+        raise scaling.range_error(
+            f"the margin a_{r}ᵀw of min_norm_dual",
+            math.log(abs(float(margins[r]))) + float(Gb + kr[r]) * log2,
+        )
+    L_out = factor if factor is not None else np.ldexp(L, kr[:, None])
     return MinNormSolution(
-        multipliers=_ro(lam),
+        multipliers=_ro_own(lam_out),
         support=_ro(support),
         weakly_active=_ro(weak),
-        margins=_ro(margins),
-        coords=_ro(u),
-        factor=_ro(L),
-        norm=wnorm,
+        margins=_ro_own(margins_out),
+        coords=_ro_own(np.ldexp(u, Gb)),
+        factor=_ro(L_out),
+        norm=float(np.ldexp(wnorm, Gb)),
         kkt=kkt,
         error_bound=core.error_bound,
         certified=bool(core.error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL),
@@ -684,10 +833,11 @@ class _SVMFactor:
         return np.asarray(self.Qd @ U @ self.Qz.T, dtype=np.float64)
 
 
-def _svm_factor(inst: Instance, c: SVMConstraints) -> _SVMFactor:
+def _svm_factor(zhat: FloatArray, c: SVMConstraints) -> _SVMFactor:
+    """The exact compressed factor of the (unit-row) Att-SVM rows ``c``; ``zhat`` the ``(n, d)`` queries."""
     m = c.pairs.shape[0]
     Qd, _ = np.linalg.qr(c.deltas.T)  # d × min(d, m), orthonormal columns spanning the Δ's
-    Qz, _ = np.linalg.qr(inst.z.T)  # d × min(d, n)
+    Qz, _ = np.linalg.qr(zhat.T)  # d × min(d, n)
     pd, pz = Qd.shape[1], Qz.shape[1]
     if m * pd * pz > MAX_FACTOR_ENTRIES:
         K = (c.queries @ c.queries.T) * (c.deltas @ c.deltas.T)
@@ -702,11 +852,81 @@ def _svm_factor(inst: Instance, c: SVMConstraints) -> _SVMFactor:
     return _SVMFactor(np.ascontiguousarray(R2.T), Qd, Qz, Q2)
 
 
+@dataclass(frozen=True)
+class _UnitSVM:
+    """The Att-SVM(α) rows at unit length, with exact power-of-two bookkeeping of their scale.
+
+    Row ``r = (i, t)`` is ``Δ_rᵀ W z_i ≥ 1`` with ``Δ_r = x_iα_i − x_it``. Write ``Δ_r = D_r·2^{e_r}`` and
+    ``z_i = Z_i·2^{f_i}`` with ``max|D_r|, max|Z_i| ∈ [½, 1)`` (exact: powers of two), and
+    ``ρ_r = ||Δ_r||·||z_i|| = ||D_r||·||Z_i||·2^{E_r}``, ``E_r = e_r + f_i``. Dividing row ``r`` by ``ρ_r`` is
+    an exact reformulation (same feasible set): ``Δ̂_rᵀ W ẑ_i ≥ 1/ρ_r``. With ``G = max_r(−E_r)`` the
+    right-hand sides are ``1/ρ_r = 2^G·β_r``, ``β_r = 2^{−E_r−G}/(||D_r||·||Z_i||) ∈ (0, 4]``, so
+
+        W_mm = 2^G·Ŵ,   λ_r = 2^{G−E_r}·λ̂_r/(||D_r||·||Z_i||),   margin_r = 2^{E_r+G}·||D_r||·||Z_i||·m̂_r,
+
+    where ``Ŵ``, ``λ̂``, ``m̂`` solve ``min ½||W||² s.t. Δ̂_rᵀ W ẑ_i ≥ β_r`` (unit rows, ``max β = O(1)``).
+    (Derivation of ``λ``: ``vec(W) = Σ λ_r a_r = Σ λ_r ρ_r â_r`` and ``vec(W) = 2^G Σ λ̂_r â_r``.) Scaling
+    ``X`` by ``2^jx`` and ``z`` by ``2^jz`` shifts every ``E_r`` by ``jx + jz`` and nothing else: the
+    normalised problem is bitwise the same, so the equivariance ``W_mm(aX, bz) = W_mm(X, z)/(ab)`` holds
+    exactly and nothing of the size of ``Δ`` or ``z`` is ever squared in floating point.
+    """
+
+    c: SVMConstraints  # unit Δ̂ (deltas), unit ẑ per row (queries), pairs, alpha
+    zhat: FloatArray  # (n, d) unit queries
+    beta: FloatArray  # (m,) right-hand sides of the normalised problem
+    mant: FloatArray  # (m,) ||D_r||·||Z_i||
+    E: NDArray[np.int64]  # (m,) e_r + f_i
+    G: int
+
+
+def _frexp_exponent(a: FloatArray) -> NDArray[np.int64]:
+    """Per row, the exponent ``e`` with ``max|a_r|·2^−e ∈ [½, 1)`` (0 for an all-zero row)."""
+    return np.asarray(np.frexp(np.max(np.abs(a), axis=1))[1], dtype=np.int64)
+
+
+def _pairs_alpha(inst: Instance, alpha: ArrayLike | None) -> tuple[IntArray, IntArray]:
+    a = inst.check_alpha(alpha)
+    n, T, _ = inst.shape
+    ii, tt = np.meshgrid(np.arange(n), np.arange(T), indexing="ij")
+    keep = tt != a[:, None]
+    return np.stack([ii[keep], tt[keep]], axis=1).astype(np.intp), a
+
+
+def _unit_svm(inst: Instance, pairs: IntArray, a: IntArray) -> _UnitSVM:
+    """Build :class:`_UnitSVM` without forming anything that can overflow or underflow."""
+    i = pairs[:, 0]
+    xa, xt = inst.X[i, a[i]], inst.X[i, pairs[:, 1]]
+    with np.errstate(over="ignore", invalid="ignore"):
+        raw = xa - xt  # ±inf only where |x| ≥ 2^1022
+    big = ~np.all(np.isfinite(raw), axis=1)
+    e = _frexp_exponent(np.where(np.isfinite(raw), raw, 0.0))
+    D = np.ldexp(raw, -e[:, None])
+    if np.any(big):
+        # Rows with an overflowed difference: halving is exact for the entries that matter (|x| ≥ 2^1022);
+        # what a tiny entry loses in its last bit is below 2^-2000 of the row's size.
+        half = 0.5 * xa[big] - 0.5 * xt[big]
+        eb = _frexp_exponent(half) + 1
+        e[big] = eb
+        D[big] = np.ldexp(half, 1 - eb[:, None])
+    z = inst.z
+    f = _frexp_exponent(z)
+    Z = np.ldexp(z, -f[:, None])
+    nD = np.linalg.norm(D, axis=1)  # entries of D in (−1, 1), the largest ≥ ½: no overflow/underflow
+    nZ = np.linalg.norm(Z, axis=1)
+    zhat = Z / nZ[:, None]
+    E = e + f[i]
+    G = int(np.max(-E)) if E.size else 0
+    mant = nD * nZ[i]
+    beta = np.ldexp(1.0 / mant, (-E - G).astype(np.int64))  # max ∈ [1/d, 4]; tiny rows may be subnormal
+    c = SVMConstraints(D / nD[:, None], np.array(zhat[i]), pairs, a)
+    return _UnitSVM(c, zhat, beta, mant, E, G)
+
+
 def _pairs_of(c: SVMConstraints, rows: IntArray) -> Pairs:
     return tuple((int(c.pairs[r, 0]), int(c.pairs[r, 1])) for r in rows)
 
 
-def _check_trivially_infeasible(inst: Instance, c: SVMConstraints) -> None:
+def _check_trivially_infeasible(inst: Instance, pairs: IntArray, a: IntArray) -> None:
     """Zero queries and tokens equal to the selected one make a constraint read ``0 ≥ 1``."""
     zero_q = np.flatnonzero(np.all(inst.z == 0.0, axis=1))
     if zero_q.size:
@@ -715,28 +935,32 @@ def _check_trivially_infeasible(inst: Instance, c: SVMConstraints) -> None:
             f"Att-SVM(alpha) is infeasible: sequence {i} has a zero query z_{i} = 0, so every constraint "
             f"(x_{i},alpha - x_{i},t)^T W z_{i} = 0 < 1 whatever W. Give sequence {i} a nonzero query or drop it."
         )
-    zero_d = np.flatnonzero(np.all(c.deltas == 0.0, axis=1))
+    # x_iα = x_it exactly (comparing, not subtracting: no overflow at any scale)
+    same = np.all(inst.X[pairs[:, 0], a[pairs[:, 0]]] == inst.X[pairs[:, 0], pairs[:, 1]], axis=1)
+    zero_d = np.flatnonzero(same)
     if zero_d.size:
-        i, t = (int(v) for v in c.pairs[zero_d[0]])
-        a = int(c.alpha[i])
+        i, t = (int(v) for v in pairs[zero_d[0]])
+        ai = int(a[i])
         raise InfeasibleSVMError(
-            f"Att-SVM(alpha) is infeasible: in sequence {i}, token {t} equals the selected token alpha_{i} = {a} "
-            f"(Delta = x_{i},{a} - x_{i},{t} = 0), so its constraint reads 0 >= 1 for every W. "
+            f"Att-SVM(alpha) is infeasible: in sequence {i}, token {t} equals the selected token alpha_{i} = {ai} "
+            f"(Delta = x_{i},{ai} - x_{i},{t} = 0), so its constraint reads 0 >= 1 for every W. "
             f"Select a different token for sequence {i} or remove the duplicate."
         )
 
 
-def _raise_infeasible(c: SVMConstraints, err: InfeasibleMinNormError) -> None:
+def _raise_infeasible(c: SVMConstraints, err: InfeasibleMinNormError, G: int = 0) -> None:
+    """Re-raise a Farkas certificate of the unit-row problem as an Att-SVM message (``||W|| ≥ 2^G·bound``)."""
     rows = err.rows
     seqs = sorted({int(c.pairs[r, 0]) for r in rows})
     weights = ", ".join(
         f"({int(c.pairs[r, 0])},{int(c.pairs[r, 1])}): {err.certificate[r]:.3g}" for r in rows[:12]
     )
-    bound = "no W at all" if not np.isfinite(err.norm_bound) else f"||W||_F >= {err.norm_bound:.3g}"
+    bound = "no W at all" if not np.isfinite(err.norm_bound) else f"||W||_F >= {_pow2_str(err.norm_bound, G)}"
     raise InfeasibleSVMError(
         f"Att-SVM(alpha) is infeasible: the constraints of sequence(s) {seqs} contradict each other. "
-        f"The combination with weights c >= 0 {{{weights}}} of the rows Delta_it^T W z_i vanishes for every "
-        f"W, yet its right-hand side sum(c) > 0 (Farkas certificate; a solution would need {bound}). "
+        f"The combination with weights c >= 0 {{{weights}}} of the unit-normalised rows "
+        f"Delta_it^T W z_i / (||Delta_it|| ||z_i||) vanishes for every "
+        f"W, yet its right-hand side is > 0 (Farkas certificate; a solution would need {bound}). "
         "Typical causes: a selected token that is a convex combination of the others, or sequences with "
         "parallel queries that ask for opposite orders of the same tokens. Choose a different alpha "
         f"for sequence {seqs[0]}."
@@ -774,21 +998,26 @@ def _cvxpy_solve(prob: Any, what: str) -> None:
         raise SolverError(f"{what}: the conic solver failed ({exc}). Use method='dual'.") from exc
 
 
-def _cvxpy_fro(inst: Instance, c: SVMConstraints, method: str) -> tuple[FloatArray | None, str]:
-    """Raw conic solution of the Frobenius Att-SVM: the matrix program or the vectorised one."""
+def _cvxpy_fro(u: _UnitSVM, d: int, method: str) -> tuple[FloatArray | None, str]:
+    """Raw conic solution of the (unit-row) Frobenius Att-SVM: the matrix program or the vectorised one.
+
+    Solves ``min ||W|| s.t. Δ̂_rᵀ W ẑ_r ≥ β_r`` (the exact reformulation of :class:`_UnitSVM`); the caller
+    multiplies by ``2^G``.
+    """
     import cvxpy as cp
 
-    d = inst.d
+    c = u.c
     if method == "primal":
         Wv = cp.Variable((d, d))
         margins = cp.sum(cp.multiply(c.deltas @ Wv, c.queries), axis=1)
-        prob = cp.Problem(cp.Minimize(cp.norm(Wv, "fro")), [margins >= 1.0])
+        prob = cp.Problem(cp.Minimize(cp.norm(Wv, "fro")), [margins >= u.beta])
         _cvxpy_solve(prob, "primal Att-SVM")
         status = _check_cvxpy_status(prob, "primal Att-SVM")
         return (None if status == "infeasible" else np.asarray(Wv.value, dtype=np.float64)), status
-    A = svm_rows(inst, c.alpha)
+    # the rows of svm_rows, each divided by its norm: â_r = ẑ_r ⊗ Δ̂_r (column-major vec)
+    A = np.einsum("rj,rk->rjk", c.queries, c.deltas).reshape(len(c.pairs), -1)
     w = cp.Variable(d * d)
-    prob = cp.Problem(cp.Minimize(cp.norm(w, 2)), [A @ w >= 1.0])
+    prob = cp.Problem(cp.Minimize(cp.norm(w, 2)), [A @ w >= u.beta])
     _cvxpy_solve(prob, "vector Att-SVM")
     status = _check_cvxpy_status(prob, "vector Att-SVM")
     if status == "infeasible":
@@ -796,40 +1025,119 @@ def _cvxpy_fro(inst: Instance, c: SVMConstraints, method: str) -> tuple[FloatArr
     return np.asarray(w.value, dtype=np.float64).reshape((d, d), order="F"), status  # unvec (column-major)
 
 
-def _fro_margins(inst: Instance, c: SVMConstraints, W: FloatArray) -> FloatArray:
+def _fro_margins(zhat: FloatArray, c: SVMConstraints, W: FloatArray) -> FloatArray:
     """``Δ_rᵀ W z_i(r)`` for every row, as ``Δ_rᵀ (W Zᵀ)[:, i(r)]``: ``O(n d²)``, not ``O(m d²)``."""
-    WZ = W @ inst.z.T  # (d, n)
+    WZ = W @ zhat.T  # (d, n)
     return np.asarray(np.einsum("rk,rk->r", c.deltas, WZ.T[c.pairs[:, 0]]), dtype=np.float64)
 
 
-def _weighted_sum(inst: Instance, c: SVMConstraints, lam: FloatArray) -> FloatArray:
+def _weighted_sum(zhat: FloatArray, c: SVMConstraints, lam: FloatArray) -> FloatArray:
     """``Σ_r λ_r Δ_r z_i(r)ᵀ = Σ_i (Σ_t λ_it Δ_it) z_iᵀ = Bᵀ Z``: the factored ``Aᵀλ``, ``O(n d²)``."""
-    B = np.zeros((inst.n, inst.d))
+    B = np.zeros(zhat.shape)
     np.add.at(B, c.pairs[:, 0], lam[:, None] * c.deltas)
-    return np.asarray(B.T @ inst.z, dtype=np.float64)
+    return np.asarray(B.T @ zhat, dtype=np.float64)
 
 
-def _solve_fro(inst: Instance, c: SVMConstraints, method: str) -> SVMSolution:
+_RESCALE_REMEDY = (
+    "W_mm(aX, bz) = W_mm(X, z)/(ab): rescale X or z (e.g. by a power of two) and scale the answer back"
+)
+
+
+def _pow2_str(x: float, e: int) -> str:
+    """``x·2^e`` as ``1.23e+456`` (formatted from logarithms: the value itself need not be a double)."""
+    if x == 0.0 or not np.isfinite(x):
+        return f"{x:.3g}"
+    with np.errstate(over="ignore", under="ignore"):
+        v = float(np.ldexp(x, e))
+    if scaling.FLOAT_TINY <= abs(v) <= scaling.FLOAT_MAX:
+        return f"{v:.3g}"
+    lg = math.log10(abs(x)) + e * math.log10(2.0)
+    k = math.floor(lg)
+    return f"{'-' if x < 0 else ''}{10.0 ** (lg - k):.3g}e{k:+d}"
+
+
+def _back_to_data_scale(
+    u: _UnitSVM, W_hat: FloatArray, wnorm_hat: float, margins_hat: FloatArray, lam_hat: FloatArray | None
+) -> tuple[FloatArray, float, FloatArray, tuple[FloatArray | None, FloatArray, int] | None]:
+    """``W = 2^G Ŵ``, ``||W||``, the margins and the multipliers at the data's scale (see :class:`_UnitSVM`).
+
+    The multipliers come as ``(λ or None, mantissa, k)`` with ``λ = mantissa·2^k``; ``λ`` is ``None`` when
+    a non-negligible one (``> MULTIPLIER_RTOL·max``) is not a normal double. Raises the scale contract's
+    :class:`NumericalError` when ``||W||`` is not a normal double or a margin overflows.
+    """
+    log2 = math.log(2.0)
+    scaling.check_log_representable(
+        "the Att-SVM solution ||W_mm||_F", math.log(wnorm_hat) + u.G * log2, remedy=_RESCALE_REMEDY
+    )
+    W = np.ldexp(W_hat, u.G)  # exact (entries below 2^-1022 lose digits: ≤ d·2^-53 of ||W||_F)
+    wnorm = float(np.ldexp(wnorm_hat, u.G))
+    with np.errstate(over="ignore"):
+        margins = np.ldexp(margins_hat * u.mant, u.E + u.G)  # = m̂_r / β_r, never 1/β_r formed
+    if not np.all(np.isfinite(margins)):
+        r = int(np.flatnonzero(~np.isfinite(margins))[0])
+        lg = math.log(abs(margins_hat[r] * u.mant[r])) + float(u.E[r] + u.G) * log2
+        i, t = (int(v) for v in u.c.pairs[r])
+        raise scaling.range_error(f"the margin Δ_itᵀ W_mm z_i of constraint (i, t) = ({i}, {t})", lg)
+    if lam_hat is None:
+        return W, wnorm, margins, None
+    # λ_r = 2^{G−E_r}·λ̂_r/(||D_r||·||Z_i||): multipliers of rows scaled by c scale by 1/c². Kept as
+    # mantissa·2^k (exact) and returned as plain doubles only when every non-negligible one is normal.
+    rel = lam_hat / u.mant
+    lam_w = lam_hat * u.beta  # ∝ λ (the common factor 2^{2G} left out)
+    significant = lam_w > MULTIPLIER_RTOL * float(np.max(lam_w, initial=0.0))
+    ex = np.frexp(rel)[1].astype(np.int64) + (u.G - u.E)
+    k = int(np.max(ex[significant])) if np.any(significant) else 0
+    mantissa = np.ldexp(rel, u.G - u.E - k)  # max ∈ [½, 1); rows 2^-1074 below the largest flush to 0
+    with np.errstate(over="ignore"):
+        lam = np.ldexp(mantissa, k)
+    ok = (lam >= scaling.FLOAT_TINY) & (lam <= scaling.FLOAT_MAX)
+    # a multiplier below MULTIPLIER_RTOL·max counts as 0 (weakly active) anyway: no subnormal noise returned
+    lam = np.where(ok, lam, 0.0)
+    return W, wnorm, margins, (lam if bool(np.all(ok | ~significant)) else None, mantissa, k)
+
+
+@dataclass(frozen=True)
+class _FroUnit:
+    """The Frobenius Att-SVM solved on the unit-row problem (see :class:`_UnitSVM`), before rescaling."""
+
+    W_hat: FloatArray
+    W_raw_hat: FloatArray | None
+    margins_hat: FloatArray
+    wnorm_hat: float
+    lam: FloatArray  # λ̂ ≥ 0
+    support: IntArray
+    weak: IntArray
+    kkt: KKTResiduals
+    core: _Core
+    certified: bool
+    solver: str
+    t: tuple[float, float, float]
+    unresolved: IntArray  # support rows whose right-hand side is below their resolution
+
+
+def _solve_fro_unit(inst: Instance, u: _UnitSVM, method: str) -> _FroUnit:
     t0 = time.perf_counter()
+    c = u.c
     m = c.pairs.shape[0]
     W_raw: FloatArray | None = None
     hint: IntArray | None = None
     solver = "NNLS (Lawson-Hanson) on the factorised dual"
     if method in ("primal", "vector"):
-        W_raw, status = _cvxpy_fro(inst, c, method)
+        W_raw, status = _cvxpy_fro(u, inst.d, method)
         solver = "cvxpy/CLARABEL"
         if W_raw is not None:
             if not np.all(np.isfinite(W_raw)):
                 raise SolverError(f"{method} Att-SVM: cvxpy returned non-finite values. Use method='dual'.")
-            hint = np.flatnonzero(_fro_margins(inst, c, W_raw) - 1.0 <= HINT_SLACK).astype(np.intp)
+            slack = _fro_margins(u.zhat, c, W_raw) - u.beta
+            hint = np.flatnonzero(slack <= HINT_SLACK * u.beta).astype(np.intp)
     t1 = time.perf_counter()
-    fac = _svm_factor(inst, c)
-    b = np.ones(m)
+    fac = _svm_factor(u.zhat, c)
+    b = u.beta
     eq = np.zeros(m, dtype=bool)
     try:
         core = _core(fac.L, b, eq, hint)
     except InfeasibleMinNormError as err:
-        _raise_infeasible(c, err)
+        _raise_infeasible(c, err, u.G)
         raise  # unreachable; keeps type checkers informed
     if W_raw is None and method in ("primal", "vector"):
         raise SolverError(
@@ -839,54 +1147,105 @@ def _solve_fro(inst: Instance, c: SVMConstraints, method: str) -> SVMSolution:
     lam_raw = core.lam
     lam = np.maximum(lam_raw, 0.0)
     # stationarity in factored form: Σ_r λ_r Δ_r z_rᵀ = Δᵀ diag(λ) Z, never the d²-long rows
-    M = _weighted_sum(inst, c, lam)
-    W = fac.to_W(core.u)
-    if W is None:  # eigendecomposition factor (very large m): W from the multipliers
-        W = M
-    if not np.all(np.isfinite(W)):
+    M = _weighted_sum(u.zhat, c, lam)
+    W_hat = fac.to_W(core.u)
+    if W_hat is None:  # eigendecomposition factor (very large m): W from the multipliers
+        W_hat = M
+    if not np.all(np.isfinite(W_hat)):
         raise SolverError("the Att-SVM solution is not finite; the instance is too badly conditioned")
     t2 = time.perf_counter()
-    margins = _fro_margins(inst, c, W)
-    wnorm = float(np.linalg.norm(W))
-    rn = np.linalg.norm(c.deltas, axis=1) * np.linalg.norm(c.queries, axis=1)  # ||a_it|| = ||Δ_it||·||z_i||
-    kkt = _kkt(margins, b, eq, rn, lam_raw, wnorm, float(np.linalg.norm(W - M)), float(np.sum(M * M)))
-    support, weak = _classify(margins, b, eq, rn, lam, wnorm)
-    certified = bool(core.error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL)
-    raw_err = None if W_raw is None else float(np.linalg.norm(W_raw - W) / wnorm)
-    t3 = time.perf_counter()
-    return SVMSolution(
-        W=_ro_own(W) if W is not M else _ro(W),
-        alpha=_ro(c.alpha),
-        norm="fro",
-        method=method,
-        solver=f"{solver} + exact {core.method}",
-        objective=wnorm,
-        pairs=_ro(c.pairs),
-        margins=_ro(margins),
-        duals=_ro(lam),
-        support=_pairs_of(c, support),
-        weakly_active=_pairs_of(c, weak),
-        kkt=kkt,
-        error_bound=float(core.error_bound),
-        certified=certified,
-        raw_rel_error=raw_err,
-        iterations=core.iterations,
-        timings={"solver": t1 - t0, "active_set": t2 - t1, "total": t3 - t0},
+    # KKT of the unit-row problem: relative residuals are those of the original rows (the row scaling
+    # cancels in each ratio); the multipliers' relative sizes are λ_r ∝ β_r·λ̂_r (see _UnitSVM).
+    margins_hat = _fro_margins(u.zhat, c, W_hat)
+    wnorm_hat = float(np.linalg.norm(W_hat))
+    rn = np.linalg.norm(c.deltas, axis=1) * np.linalg.norm(c.queries, axis=1)  # = 1 up to rounding
+    kkt = _kkt(
+        margins_hat,
+        b,
+        eq,
+        rn,
+        lam_raw,
+        wnorm_hat,
+        float(np.linalg.norm(W_hat - M)),
+        float(np.sum(M * M)),
+        lam_rel=b * lam_raw,
+    )
+    support, weak = _classify(margins_hat, b, eq, rn, b * lam, wnorm_hat)
+    # A support row whose right-hand side is below its own resolution SUPPORT_RTOL·(β_r + ||â_r||·||Ŵ||)
+    # (it needs ||Δ_it||·||z_i||·||W_mm|| ≥ 1/SUPPORT_RTOL: data spanning many orders of magnitude across
+    # rows) reads "≥ 0" at working precision: whether it binds, and the sign of its margin, are unresolved.
+    unresolved = support[b[support] <= SUPPORT_RTOL * (b[support] + rn[support] * wnorm_hat)]
+    certified = bool(core.error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL and unresolved.size == 0)
+    return _FroUnit(
+        W_hat,
+        W_raw,
+        margins_hat,
+        wnorm_hat,
+        lam,
+        support,
+        weak,
+        kkt,
+        core,
+        certified,
+        solver,
+        (t0, t1, t2),
+        unresolved,
     )
 
 
-def _solve_nuc(inst: Instance, c: SVMConstraints) -> SVMSolution:
+def _solve_fro(inst: Instance, u: _UnitSVM, method: str) -> SVMSolution:
+    f = _solve_fro_unit(inst, u, method)
+    c, core, W_raw, W_hat, wnorm_hat = u.c, f.core, f.W_raw_hat, f.W_hat, f.wnorm_hat
+    t0, t1, t2 = f.t
+    raw_err = None if W_raw is None else float(np.linalg.norm(W_raw - W_hat) / wnorm_hat)
+    W, wnorm, margins, dual_parts = _back_to_data_scale(u, W_hat, wnorm_hat, f.margins_hat, f.lam)
+    assert dual_parts is not None
+    duals, duals_mantissa, duals_exponent = dual_parts
+    W_raw_out = None
+    if W_raw is not None:
+        with np.errstate(over="ignore"):
+            W_raw_out = np.ldexp(W_raw, u.G)
+        W_raw_out = _ro_own(W_raw_out) if np.all(np.isfinite(W_raw_out)) else None
+    t3 = time.perf_counter()
+    return SVMSolution(
+        W=_ro_own(W),
+        alpha=_ro(c.alpha),
+        norm="fro",
+        method=method,
+        solver=f"{f.solver} + exact {core.method}",
+        objective=wnorm,
+        pairs=_ro(c.pairs),
+        margins=_ro_own(margins),
+        duals=None if duals is None else _ro_own(duals),
+        support=_pairs_of(c, f.support),
+        weakly_active=_pairs_of(c, f.weak),
+        kkt=f.kkt,
+        error_bound=float(core.error_bound),
+        certified=f.certified,
+        raw_rel_error=raw_err,
+        iterations=core.iterations,
+        timings={"solver": t1 - t0, "active_set": t2 - t1, "total": t3 - t0},
+        W_raw=W_raw_out,
+        duals_mantissa=_ro_own(duals_mantissa),
+        duals_exponent=duals_exponent,
+    )
+
+
+def _solve_nuc(inst: Instance, u: _UnitSVM) -> SVMSolution:
     import cvxpy as cp
 
     t0 = time.perf_counter()
+    c = u.c
+    m = c.pairs.shape[0]
     # Feasibility is the same as for the Frobenius problem: decide it exactly (and name the culprit).
     try:
-        _core(_svm_factor(inst, c).L, np.ones(c.pairs.shape[0]), np.zeros(c.pairs.shape[0], dtype=bool), None)
+        _core(_svm_factor(u.zhat, c).L, u.beta, np.zeros(m, dtype=bool), None)
     except InfeasibleMinNormError as err:
-        _raise_infeasible(c, err)
+        _raise_infeasible(c, err, u.G)
     d = inst.d
     Wv = cp.Variable((d, d))
-    cons = cp.sum(cp.multiply(c.deltas @ Wv, c.queries), axis=1) >= 1.0
+    # the unit-row reformulation (exact; see _UnitSVM): ||W||_* is homogeneous, so W_nuc = 2^G·Ŵ as well
+    cons = cp.sum(cp.multiply(c.deltas @ Wv, c.queries), axis=1) >= u.beta
     prob = cp.Problem(cp.Minimize(cp.normNuc(Wv)), [cons])
     _cvxpy_solve(prob, "nuclear-norm Att-SVM")
     if _check_cvxpy_status(prob, "nuclear-norm Att-SVM") != "optimal":
@@ -895,38 +1254,52 @@ def _solve_nuc(inst: Instance, c: SVMConstraints) -> SVMSolution:
             "point (the constraint sets are the same); the conic solver failed."
         )
     t1 = time.perf_counter()
-    W = np.asarray(Wv.value, dtype=np.float64)
-    if not np.all(np.isfinite(W)):
+    W_hat = np.asarray(Wv.value, dtype=np.float64)
+    if not np.all(np.isfinite(W_hat)):
         raise SolverError("nuclear-norm Att-SVM: cvxpy returned non-finite values")
-    margins = _fro_margins(inst, c, W)
-    mm = float(np.min(margins))
+
+    def ratios(Wh: FloatArray) -> FloatArray:
+        # margin / right-hand side = m̂_r/β_r = m̂_r·||D_r||·||Z_i||·2^{E_r+G}: 1/β_r is never formed
+        with np.errstate(over="ignore"):
+            return np.ldexp(_fro_margins(u.zhat, c, Wh) * u.mant, u.E + u.G)
+
+    mm = float(np.min(ratios(W_hat)))
     if mm <= 0.0:
         raise SolverError(f"nuclear-norm Att-SVM: the solver's W has minimum margin {mm:.3g} ≤ 0")
     # Margins are linear in W: dividing by the minimum margin makes it exactly 1, restoring feasibility
     # when mm < 1 and lowering the objective when mm > 1.
-    W = W / mm
-    margins = _fro_margins(inst, c, W)
-    if float(np.min(margins)) < 1.0 - NUC_FEAS_TOL:
+    W_hat = W_hat / mm
+    rat = ratios(W_hat)
+    if float(np.min(rat)) < 1.0 - NUC_FEAS_TOL:
         raise SolverError("nuclear-norm Att-SVM: could not restore feasibility to 1e-7")
-    objective = float(np.sum(np.linalg.svd(W, compute_uv=False)))
-    # Certified gap: for any μ ≥ 0, μ/||Σ μ_r Δ_r z_rᵀ||₂ is dual feasible (the dual norm of ||·||_* is
-    # the spectral norm), so 1ᵀμ/||Σ μ_r Δ_r z_rᵀ||₂ ≤ min ||W||_* (weak duality).
+    objective_hat = float(np.sum(np.linalg.svd(W_hat, compute_uv=False)))
+    # Certified gap: for any μ ≥ 0, μ/||Σ μ_r Δ̂_r ẑ_rᵀ||₂ is dual feasible (the dual norm of ||·||_* is
+    # the spectral norm), so βᵀμ/||Σ μ_r Δ̂_r ẑ_rᵀ||₂ ≤ min ||Ŵ||_* (weak duality); the ratio is scale-free.
     mu = np.maximum(np.asarray(cons.dual_value, dtype=np.float64).reshape(-1), 0.0)
-    Mmu = _weighted_sum(inst, c, mu)
+    Mmu = _weighted_sum(u.zhat, c, mu)
     opn = float(np.linalg.norm(Mmu, 2))
-    lower = float(mu.sum()) / opn if opn > 0 else 0.0
-    gap = max(0.0, (objective - lower) / objective)
-    active = np.flatnonzero(margins - 1.0 <= NUC_SUPPORT_TOL).astype(np.intp)
+    lower = float(u.beta @ mu) / opn if opn > 0 else 0.0
+    gap = max(0.0, (objective_hat - lower) / objective_hat)
+    active = np.flatnonzero(rat - 1.0 <= NUC_SUPPORT_TOL).astype(np.intp)
+    W, _, margins, _ = _back_to_data_scale(
+        u, W_hat, float(np.linalg.norm(W_hat)), _fro_margins(u.zhat, c, W_hat), None
+    )
+    scaling.check_log_representable(
+        "the nuclear-norm Att-SVM objective ||W||_*",
+        math.log(objective_hat) + u.G * math.log(2.0),
+        remedy=_RESCALE_REMEDY,
+    )
+    objective = float(np.ldexp(objective_hat, u.G))
     t2 = time.perf_counter()
     return SVMSolution(
-        W=_ro(W),
+        W=_ro_own(W),
         alpha=_ro(c.alpha),
         norm="nuc",
         method="primal",
         solver="cvxpy/CLARABEL (SDP) + rescaled to min margin 1",
         objective=objective,
         pairs=_ro(c.pairs),
-        margins=_ro(margins),
+        margins=_ro_own(margins),
         duals=None,
         support=_pairs_of(c, active),
         weakly_active=(),
@@ -961,6 +1334,12 @@ def solve_svm(
       norm: ``"fro"`` or ``"nuc"``.
       method: ``"auto"``, ``"primal"``, ``"vector"`` or ``"dual"``.
 
+    Scale: any finite ``X, z``; ``W_mm(2^jx X, 2^jz z) = 2^−(jx+jz)·W_mm(X, z)`` exactly. Fro: relative
+    Frobenius error ≤ ``error_bound`` (certified ≤ 1e-9), plus ≤ ``d·2^−53`` when entries of ``W`` are
+    subnormal; raises ``NumericalError`` iff ``||W_mm||_F`` (or a margin) is outside ``[2.2e-308, 1.8e308]``;
+    ``duals = None`` (use ``duals_mantissa·2^duals_exponent``) iff a non-negligible multiplier is. Nuc:
+    the same range rule for ``||W||_F`` and ``||W||_*``; objective to the SDP's gap (``error_bound``).
+
     Returns:
       :class:`SVMSolution` (``W`` of shape ``(d, d)``, duals aligned with ``svm_rows(inst, alpha)``,
       support, KKT residuals, error bound).
@@ -982,11 +1361,15 @@ def solve_svm(
             f"method={method!r} solves the Frobenius-norm Att-SVM only (its dual/vector form needs "
             "||W||_F); use method='primal' or 'auto' with norm='nuc'."
         )
-    c = svm_constraints(inst, alpha)
-    _check_trivially_infeasible(inst, c)
+    pairs, a = _pairs_alpha(inst, alpha)
+    _check_trivially_infeasible(inst, pairs, a)
+    # Every method solves the exact unit-row reformulation (rows divided by ||Δ_it||·||z_i||, kept as
+    # mantissa·2^E) and puts the scale back as a power of two: see _UnitSVM. Nothing overflows or
+    # underflows on the way; only an answer outside the normal range raises.
+    u = _unit_svm(inst, pairs, a)
     if norm == "nuc":
-        return _solve_nuc(inst, c)
-    return _solve_fro(inst, c, "dual" if method == "auto" else method)
+        return _solve_nuc(inst, u)
+    return _solve_fro(inst, u, "dual" if method == "auto" else method)
 
 
 # ==================================================================== local optimality
@@ -1017,7 +1400,13 @@ def local_optimality_report(inst: Instance, alpha: ArrayLike | None = None) -> L
     ``α`` is locally optimal when Att-SVM(α) is feasible and ``γ_iα_i > γ_it`` for every support token
     ``t`` of sequence ``i`` (``γ_it = Y_i vᵀx_it``). Support tokens are the active constraints of the
     Frobenius Att-SVM (margin 1 to :data:`SUPPORT_RTOL`), weakly active ones included; a score
-    difference within ``TIE_RTOL·max(1, max_t|γ_it|)`` is a tie, hence not strictly greater.
+    difference within ``TIE_RTOL·||v||·max_t||x_it||`` (the rounding scale of the scores) is a tie,
+    hence not strictly greater.
+
+    Scale: invariant under ``X → aX``, ``z → bz``, ``v → cv`` (a, b, c > 0) for any finite data: the
+    support comes from the unit-row Att-SVM and the scores from power-of-two-rescaled ``X_i`` and ``v``,
+    so nothing overflows or underflows and no range error is possible. Raises :class:`SolverError` when
+    the Att-SVM solution is not certified (its support, hence the verdict, would be a guess).
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (locally optimal directions).
 
@@ -1027,33 +1416,68 @@ def local_optimality_report(inst: Instance, alpha: ArrayLike | None = None) -> L
 
     Returns:
       :class:`LocalOptimalityReport`.
+
+    Raises:
+      SolverError: the Att-SVM(α) solution could not be certified.
     """
     if not isinstance(inst, Instance):
         raise InvalidInstanceError(f"inst must be an attnsvm.Instance; got {type(inst).__name__}")
-    a = inst.check_alpha(alpha)
+    pairs, a = _pairs_alpha(inst, alpha)
     try:
-        sol = solve_svm(inst, a, norm="fro", method="dual")
+        _check_trivially_infeasible(inst, pairs, a)
+        u = _unit_svm(inst, pairs, a)
+        f = _solve_fro_unit(inst, u, "dual")  # the support is scale-free: no rescaling back, no range error
     except InfeasibleSVMError as err:
         return LocalOptimalityReport(a, False, False, (), (), f"not locally optimal: {err}")
-    gamma = inst.scores()
-    scale = np.maximum(1.0, np.max(np.abs(gamma), axis=1))
-    violating = tuple((i, t) for i, t in sol.support if gamma[i, a[i]] - gamma[i, t] <= TIE_RTOL * scale[i])
+    if f.unresolved.size:
+        i, t = (int(v) for v in u.c.pairs[f.unresolved[0]])
+        raise SolverError(
+            f"cannot decide local optimality: support constraint (i, t) = ({i}, {t}) is unresolved in float64 — "
+            "||Delta_it||·||z_i||·||W_mm|| exceeds 1/SUPPORT_RTOL = 1e9, so its right-hand side 1 is below the "
+            "rounding of its margin (the data span too many orders of magnitude across sequences or tokens). "
+            "Rescale the sequences to comparable sizes."
+        )
+    if not f.certified:
+        raise SolverError(
+            "cannot decide local optimality: the Att-SVM(alpha) solution is not certified (error bound "
+            f"{f.core.error_bound:.3g}, largest relative KKT residual {f.kkt.max():.3g} > {CERTIFY_RTOL:g}), "
+            "so its support tokens are uncertain. The instance is degenerate or too badly conditioned; "
+            "perturb the data or choose another alpha."
+        )
+    support = _pairs_of(u.c, f.support)
+    # Scores per sequence on exactly rescaled data: γ'_it = sign(Y_i)·v'ᵀx'_it with X_i = X'_i·2^{ex_i},
+    # v = v'·2^{ev}: a positive factor per sequence, so comparisons within a sequence are unchanged.
+    ex = _frexp_exponent(inst.X.reshape(inst.n, -1))
+    ev = scaling.pow2_exponent(inst.v)
+    Xs = np.ldexp(inst.X, -ex[:, None, None])
+    vs = scaling.ldexp_scale(inst.v, ev)
+    gam = np.sign(inst.Y)[:, None] * (Xs @ vs)
+    tol = TIE_RTOL * float(np.linalg.norm(vs)) * np.max(np.linalg.norm(Xs, axis=2), axis=1)
+    violating = tuple((i, t) for i, t in support if gam[i, a[i]] - gam[i, t] <= tol[i])
+
+    def score(i: int, t: int) -> str:
+        return _pow2_str(float(gam[i, t] * abs(inst.Y[i])), int(ex[i]) + ev)
+
     if violating:
         i, t = violating[0]
         reason = (
-            f"not locally optimal: support token {t} of sequence {i} scores {gamma[i, t]:.6g} "
-            f">= the selected token {int(a[i])}'s {gamma[i, a[i]]:.6g}"
+            f"not locally optimal: support token {t} of sequence {i} scores {score(i, t)} "
+            f">= the selected token {int(a[i])}'s {score(i, int(a[i]))}"
             + (f" ({len(violating)} violating pairs)" if len(violating) > 1 else "")
         )
     else:
-        reason = f"locally optimal: every one of the {len(sol.support)} support tokens scores below the selected one"
-    return LocalOptimalityReport(a, True, not violating, sol.support, violating, reason)
+        reason = (
+            f"locally optimal: every one of the {len(support)} support tokens scores below the selected one"
+        )
+    return LocalOptimalityReport(a, True, not violating, support, violating, reason)
 
 
 def is_locally_optimal(inst: Instance, alpha: ArrayLike | None = None) -> bool:
     """``True`` exactly when Att-SVM(α) is feasible and ``γ_iα_i > γ_it`` for every support token.
 
     See :func:`local_optimality_report` for the definition details and the reasons.
+
+    Scale: invariant under ``X → aX``, ``z → bz``, ``v → cv`` for any finite data; never a range error.
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
 

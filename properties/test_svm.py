@@ -1,4 +1,4 @@
-"""Att-SVM solutions: KKT certificates, agreement of methods, optimality, symmetries, infeasibility.
+"""Att-SVM solutions: KKT certificates, raw conic accuracy, optimality, symmetries, infeasibility.
 
 ``W_mm(α) = argmin ||W||_F  s.t.  (x_iα_i − x_it)ᵀ W z_i ≥ 1`` (arXiv 2308.16898). Instances come
 from :func:`attnsvm.strategies.feasible_instances`, which guarantees feasibility for every α
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 import attnsvm as A
@@ -64,16 +64,67 @@ def test_kkt_certificate_holds(pair: tuple[Instance, np.ndarray]) -> None:
     assert _rel(A.svm_rows(inst, alpha).T @ lam, A.vec(sol.W)) <= KKT_RTOL
 
 
+#: Clarabel's default stopping tolerances (tol_gap_abs = tol_gap_rel = tol_feas = 1e-8).
+CLARABEL_TOL = 1e-8
+
+
+def raw_rtol(d: int) -> float:
+    """Accuracy of a conic solver's raw ``W`` (before the exact finish), relative in Frobenius norm.
+
+    The solvers work on the unit-row problem (``max β ∈ [1/d, 4]``, so ``||Ŵ|| ≥ 1/d``): absolute
+    tolerances are ≤ ``g = CLARABEL_TOL·d`` relative. A feasible ``w`` with ``||w|| ≤ (1 + g)||w*||`` is
+    within ``√(2g + g²)·||w*||`` of ``w*`` (``w*`` is the projection of 0 onto the convex feasible set:
+    ``||w||² ≥ ||w*||² + ||w − w*||²``), and an infeasibility ``δ ≤ g`` is undone by the factor
+    ``1/(1 − δ)``: ``√(2(g + δ)) + δ ≤ 2√g + g``. For d ≤ 8 that is ≤ 5.7e-4; measured on 150 examples of
+    this strategy (n ≤ 3, T ≤ 4, d ≤ 8): max 3.8e-5, median 3.3e-9; 500 ``sweep`` examples with
+    ``hypothesis.target`` maximising it: max 8.8e-5.
+    """
+    g = CLARABEL_TOL * d
+    return 2.0 * np.sqrt(g) + g
+
+
+def _kron_kkt(inst: Instance, alpha: np.ndarray, W: np.ndarray, lam: np.ndarray) -> None:
+    """KKT of ``min ½||w||² s.t. A w ≥ 1`` from scratch, with explicit Kronecker rows ``a_it = z_i ⊗ Δ_it``
+    (numpy's ``kron``, column-major ``vec``): primal feasibility, ``λ ≥ 0``, ``vec(W) = Aᵀλ``,
+    complementary slackness and a zero duality gap, each to ``KKT_RTOL`` relative."""
+    rows = [
+        np.kron(inst.z[i], inst.X[i, alpha[i]] - inst.X[i, t])
+        for i in range(inst.n)
+        for t in range(inst.T)
+        if t != alpha[i]
+    ]
+    Am = np.array(rows)
+    w = W.reshape(-1, order="F")  # vec: columns stacked, so a_it·vec(W) = Δ_itᵀ W z_i
+    margins = Am @ w
+    scale = 1.0 + np.linalg.norm(Am, axis=1) * np.linalg.norm(w)
+    assert np.all(margins >= 1.0 - KKT_RTOL * scale)  # primal feasibility
+    lmax = float(np.max(np.abs(lam)))
+    assert np.all(lam >= -KKT_RTOL * lmax)  # dual feasibility
+    assert _rel(Am.T @ lam, w) <= KKT_RTOL  # stationarity
+    assert np.all(np.abs(lam) / lmax * np.abs(margins - 1.0) <= KKT_RTOL * scale)  # complementary slackness
+    primal, dual = 0.5 * (w @ w), float(lam.sum()) - 0.5 * float((Am.T @ lam) @ (Am.T @ lam))
+    assert abs(primal - dual) <= KKT_RTOL * primal  # strong duality
+
+
 @costly
 @given(S.instances_and_alphas(feasible))
-def test_methods_agree_on_w_and_support(pair: tuple[Instance, np.ndarray]) -> None:
+def test_conic_raw_answer_is_within_solver_accuracy_of_the_certified_one(
+    pair: tuple[Instance, np.ndarray],
+) -> None:
+    """Each conic method's RAW answer (``SVMSolution.W_raw``, before the exact active-set finish) is within
+    the conic solver's own accuracy :func:`raw_rtol` of the certified ``W``, and that certified ``W`` (with
+    its duals) satisfies the KKT conditions recomputed from scratch with explicit Kronecker rows.
+    Oracle: the KKT conditions (an exact optimality certificate of the convex program), computed
+    independently of the package's factored rows; the raw bound from Clarabel's tolerances."""
     inst, alpha = pair
-    sols = {m: solve_svm(inst, alpha, method=m) for m in ("dual", "vector", "primal", "auto")}
-    ref = sols["dual"]
-    for m, s in sols.items():
-        assert s.certified, m
-        assert _rel(s.W, ref.W) <= AGREE_RTOL, m
-        assert set(s.support) == set(ref.support), m
+    for method in ("primal", "vector"):
+        sol = solve_svm(inst, alpha, method=method)
+        assert sol.certified and sol.duals is not None and sol.W_raw is not None, method
+        _kron_kkt(inst, alpha, np.asarray(sol.W), np.asarray(sol.duals))
+        err = _rel(np.asarray(sol.W_raw), np.asarray(sol.W))
+        target(err, label=f"raw {method} error")
+        assert err <= raw_rtol(inst.d), (method, err)
+        assert sol.raw_rel_error == pytest.approx(err, rel=1e-6, abs=1e-15)
 
 
 @given(S.instances_and_alphas(feasible), S.seeds(), st.floats(1e-6, 1.0))

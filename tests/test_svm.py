@@ -65,7 +65,9 @@ def test_all_methods_agree_and_are_certified(shape, family, seed):
         np.testing.assert_array_equal(sol.alpha, inst.optimal_tokens())
     for m in ("primal", "vector"):
         assert sols[m].raw_rel_error is not None and sols[m].raw_rel_error <= RAW_RTOL, m
-    assert ref.raw_rel_error is None
+        # the raw conic answer itself (before the exact finish) against the certified dual solution
+        assert sols[m].W_raw is not None and _rel(np.asarray(sols[m].W_raw), ref.W) <= RAW_RTOL, m
+    assert ref.raw_rel_error is None and ref.W_raw is None
 
 
 @pytest.mark.parametrize(("shape", "family", "seed"), CASES)

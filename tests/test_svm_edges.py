@@ -608,7 +608,9 @@ def test_rounding_level_negative_multiplier_keeps_the_least_norm_multipliers(mon
 def test_residuals_equal_to_certify_rtol_still_certify(monkeypatch):
     # CERTIFY_RTOL: certified when every residual is *at most* this (boundary included).
     real = S._kkt
-    monkeypatch.setattr(S, "_kkt", lambda *a: dataclasses.replace(real(*a), duality_gap=CERTIFY_RTOL))
+    monkeypatch.setattr(
+        S, "_kkt", lambda *a, **kw: dataclasses.replace(real(*a, **kw), duality_gap=CERTIFY_RTOL)
+    )
     sol = solve_svm(A.random_instance(3, 4, 5, seed=0))
     assert sol.kkt is not None and sol.kkt.max() == CERTIFY_RTOL
     assert sol.error_bound <= CERTIFY_RTOL and sol.certified
