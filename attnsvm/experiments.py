@@ -1648,12 +1648,16 @@ def lipschitz_family(size: str, seed: int, jobs: int, device: str, progress: Pro
             else "none violated"
         ),
     )
-    half = [r for r in tables["weights"] if r["bound_ratio_softmax/linear"] > 0.5 * (1 + 1e-12)]
+    # Checked on ATTAINED constants (the bounds satisfy it by construction: the cap ½||𝓛|| is one of
+    # their candidates). The linear estimate is the exact ||𝓛||₂ (constant Jacobian); each estimate is
+    # an SVD of a full Jacobian, ~(nT + d²)·eps relative: 1e-12 covers two of them at these sizes.
+    half = [r for r in tables["weights"] if r["estimate_ratio_softmax/linear"] > 0.5 * (1 + 1e-12)]
     res.claim(
         "softmax-half-linear-weights",
-        "weights map: softmax bound ≤ ½ · linear bound (from ||diag(s) − ssᵀ||₂ ≤ ½)",
+        "weights map: attained softmax constant ≤ ½ · linear constant (from ||diag(s) − ssᵀ||₂ ≤ ½)",
         not half,
-        f"largest bound ratio softmax/linear = {_fmt(max(r['bound_ratio_softmax/linear'] for r in tables['weights']))}",
+        "largest attained ratio softmax/linear = "
+        f"{_fmt(max(r['estimate_ratio_softmax/linear'] for r in tables['weights']))}",
     )
     est_w = max(r["estimate_ratio_softmax/linear"] for r in tables["weights"])
     res.claim(

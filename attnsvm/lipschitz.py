@@ -26,6 +26,16 @@ Jacobian, float64): random and structured starting points, then projected ascent
 returns is attained (a lower bound on the true constant); the bound is an upper bound, so
 ``estimate ≤ Lip_R ≤ bound`` and ``bound / estimate`` measures how tight the bound is.
 
+Scale (issue 13's contract). Scaling ``X → 2^a X``, ``z → 2^b z`` with ``R → 2^-(a+b) R`` keeps every
+logit, so the weights constant scales by ``2^(a+b)``; ``v → 2^c v`` scales the values, so the output
+constant scales by ``2^(2a+b+c)``. Every function here uses this instead of refusing: the bound
+carries each norm and factor as an exact pair ``m·2^e`` (no Gram entry, ``κ_i`` or ``κ_i²``
+under- or overflows, and the bound is exactly — bit for bit — equivariant under power-of-two
+rescaling), and the estimate and the Jacobian norm run on the data rescaled by exact powers of two
+to O(1) and put the power of two back. A result that is not a normal double raises
+:class:`~attnsvm.NumericalError` (``scaling.range_error``) naming it and float64's range; never
+0, inf, NaN or a numpy ``LinAlgError``.
+
 References: Kim, Papamakarios, Mnih, ICML 2021, arXiv 2006.04710 (Lipschitz constant of
 self-attention); Katharopoulos, Vyas, Pappas, Fleuret, ICML 2020, arXiv 2006.16236 (``φ = elu + 1``);
 Gao, Song, Xie, arXiv 2307.02419 (tensor trick); Tarzanagh, Li, Thrampoulidis, Oymak,
@@ -48,6 +58,7 @@ if TYPE_CHECKING:  # torch is imported where it is used: `import attnsvm` stays 
 from .attention import KINDS
 from .errors import AttnSVMError, NumericalError, unknown_name
 from .instance import Instance
+from .scaling import FLOAT_MAX, check_log_representable, pow2_exponent, range_error
 
 __all__ = [
     "OFS",
@@ -122,35 +133,61 @@ def _check_positive_int(value: Any, name: str, low: int) -> int:
     return int(value)
 
 
-# --------------------------------------------------------------------------- the logit map
-def logit_gram(inst: Instance) -> FloatArray:
-    """Gram matrix of the logit map's rows, ``G[(i,t),(j,u)] = (z_i·z_j)(x_it·x_ju)``, shape ``(nT, nT)``.
+# --------------------------------------------------------------------------- power-of-two splits
+# Every quantity of the bound is a product of norms of X, z, v, radii and factors κ. To keep data of
+# any size (1e-300 … 1e300, and arrays of very different sizes) free of under- and overflow, each
+# vector is split exactly as ``m · 2^e`` (``max|m| ∈ [½, 1)``, :func:`_split`), the mantissas are
+# combined in float64 (they are O(1)), and the exponents are added as integers. Scaling X, z, v or R
+# by a power of two then changes only the integer exponents: the bound is exactly equivariant.
+IntArray = NDArray[np.int64]
+_LN2 = math.log(2.0)
 
-    ``l_it = ⟨z_i ⊗ x_it, vec W⟩`` (column-major ``vec``), so ``G = 𝓛 𝓛ᵀ`` and
-    ``||𝓛||₂ = λ_max(G)^{1/2}``; the factorised form costs ``O((nT)² d)``, never ``d²``-long rows.
 
-    References: Gao, Song, Xie, arXiv 2307.02419 (tensor trick).
+def _split(a: ArrayLike) -> tuple[FloatArray, IntArray]:
+    """Rows (last axis) of ``a`` as ``m · 2^e``: ``max|m_row| ∈ [½, 1)`` (``m = 0, e = 0`` for a zero row).
 
-    Args:
-      inst: the data (``n, T, d``).
-
-    Returns:
-      ``G``, shape ``(n·T, n·T)``, rows ordered by sequence then token.
+    Exact (power-of-two scaling) for every entry of ``m`` that is a normal double; an entry below
+    ``2^−1022`` relative to its row's largest is rounded in the subnormal band (normwise negligible).
     """
-    return _logit_gram_of(inst.X, inst.z)
+    arr = np.asarray(a, dtype=np.float64)
+    _, e = np.frexp(np.max(np.abs(arr), axis=-1))
+    e = e.astype(np.int64)
+    return np.ldexp(arr, -e[..., None]), e
 
 
-def _logit_gram_of(X: FloatArray, z: FloatArray) -> FloatArray:
-    n, T, _ = X.shape
-    zz = z @ z.T  # (n, n)
-    xx = np.einsum("itd,jud->itju", X, X)
-    return np.asarray((zz[:, None, :, None] * xx).reshape(n * T, n * T))
+def _norm_split(m: FloatArray, e: IntArray) -> tuple[FloatArray, IntArray]:
+    """``||m_row|| · 2^e`` as a normalised pair (the mantissas of a row are ≤ 1: no overflow)."""
+    mm, ee = _split(m)  # re-split first: a row of tiny mantissas would underflow when squared
+    nm, ne = np.frexp(np.linalg.norm(mm, axis=-1))
+    return nm, (e + ee + ne).astype(np.int64)
 
 
-def _unit_scale(a: FloatArray) -> float:
-    """``max|a|`` (1 for an all-zero array): dividing by it keeps Gram entries away from under/overflow."""
-    m = float(np.max(np.abs(a))) if a.size else 0.0
-    return m if m > 0 else 1.0
+def _pair_log(m: Any, e: Any) -> Any:
+    """Natural log of ``m · 2^e`` (``−inf`` where ``m = 0``)."""
+    with np.errstate(divide="ignore"):
+        return np.log(np.abs(m)) + np.asarray(e, dtype=np.float64) * _LN2
+
+
+def _pair_from_log(lg: Any) -> tuple[FloatArray, IntArray]:
+    """``exp(lg)`` as a pair ``m · 2^e`` without under/overflow (``lg = −inf`` gives ``m = 0``)."""
+    lg = np.asarray(lg, dtype=np.float64)
+    fin = np.isfinite(lg)
+    e = np.where(fin, np.floor(np.where(fin, lg, 0.0) / _LN2), 0.0).astype(np.int64)
+    m = np.where(fin, np.exp(np.where(fin, lg, 0.0) - e * _LN2), 0.0)
+    mm, me = np.frexp(m)
+    return mm, (e + me).astype(np.int64)
+
+
+def _pair_key(m: float, e: int) -> tuple[int, float]:
+    """Exact order of positive pairs (normalised ``m ∈ [½, 1)`` or 0)."""
+    mm, me = math.frexp(m)
+    return (-(2**62), 0.0) if mm == 0.0 else (e + me, mm)
+
+
+def _pair_value(m: float, e: int) -> float:
+    """``m · 2^e`` as a float (0 or ±inf outside the range: diagnostic attributes only)."""
+    with np.errstate(over="ignore", under="ignore"):
+        return float(np.ldexp(m, e))
 
 
 def _lam_max(G: FloatArray) -> float:
@@ -161,10 +198,100 @@ def _lam_max(G: FloatArray) -> float:
     return max(lam, 0.0)
 
 
+def _kron_gram(
+    zm: FloatArray, ze: IntArray, ym: FloatArray, ye: IntArray, km: FloatArray, ke: IntArray
+) -> tuple[FloatArray, int]:
+    """Gram ``M · 2^(2E)`` of the rows ``r_ir = κ_i z_i ⊗ y_ir`` (``z_i = zm_i 2^ze_i``, ``y_ir = ym_ir 2^ye_ir``,
+    ``κ_i = km_i 2^ke_i``): ``⟨r_ir, r_js⟩ = κ_iκ_j (z_i·z_j)(y_ir·y_js)``, shape ``(nR, nR)``.
+
+    Row ``a`` carries the exponent ``E_a = ke_i + ze_i + ye_ir``; with ``E = max_a E_a`` the entries are
+    ``ldexp(κ̂κ̂(ẑ·ẑ)(ŷ·ŷ), E_a + E_b − 2E)``: mantissa products are O(1) (no under/overflow) and the
+    largest diagonal entry is ``≥ 1/64`` (each normalised factor is ``≥ ½`` on it), so an entry that
+    underflows is ``2^−1022``-negligible against ``λ_max``. ``E = 0`` and ``M = 0`` when every row is 0.
+    """
+    n, R, _ = ym.shape
+    alive = (km != 0)[:, None] & np.any(zm != 0, axis=1)[:, None] & np.any(ym != 0, axis=-1)
+    rowe = (ke + ze)[:, None] + ye  # (n, R)
+    if not alive.any():
+        return np.zeros((n * R, n * R)), 0
+    E = int(np.max(rowe[alive]))
+    sh = np.where(alive, rowe - E, 0)
+    M = (km[:, None] * km[None, :] * (zm @ zm.T))[:, None, :, None] * np.einsum("ird,jsd->irjs", ym, ym)
+    M = np.ldexp(M, sh[:, :, None, None] + sh[None, None, :, :])
+    return np.asarray(M.reshape(n * R, n * R)), E
+
+
+def _kron_norm(
+    zm: FloatArray, ze: IntArray, ym: FloatArray, ye: IntArray, km: FloatArray, ke: IntArray
+) -> tuple[float, int]:
+    """``||K 𝓡||₂ = λ_max(M)^½ · 2^E`` (see :func:`_kron_gram`) as a normalised pair ``(m, e)``."""
+    M, E = _kron_gram(zm, ze, ym, ye, km, ke)
+    m, e = math.frexp(math.sqrt(_lam_max(M)))
+    return m, e + E
+
+
+class _Split:
+    """The data of an instance split into mantissas and power-of-two exponents (per token, per query)."""
+
+    def __init__(self, inst: Instance) -> None:
+        self.xm, self.xe = _split(inst.X)  # (n, T, d), (n, T)
+        self.zm, self.ze = _split(inst.z)  # (n, d), (n,)
+        vm, ve = _split(inst.v[None, :])
+        self.vm: FloatArray = vm[0]
+        self.ve: int = int(ve[0])
+        self.xn = _norm_split(self.xm, self.xe)  # ||x_it|| as pairs
+        self.zn = _norm_split(self.zm, self.ze)  # ||z_i|| as pairs
+        n, T, _ = inst.shape
+        # Per sequence, the exponent of its largest token: tokens on that common scale (underflow of
+        # an entry is 2^−1022-negligible against the sequence's largest token).
+        nonzero = np.any(self.xm != 0, axis=-1)
+        self.se = np.max(np.where(nonzero, self.xe, np.iinfo(np.int64).min // 4), axis=1)
+        self.se = np.where(np.any(nonzero, axis=1), self.se, 0).astype(np.int64)  # (n,)
+        self.xs = np.ldexp(self.xm, (self.xe - self.se[:, None])[..., None])  # (n, T, d), x_it / 2^se_i
+        # values a_it = vᵀx_it on the sequence's scale: a_it = as_it · 2^(se_i + ve), |as| ≤ d
+        self.as_ = self.xs @ self.vm
+        self.ones = (np.ones(n), np.zeros(n, dtype=np.int64))
+
+
+# --------------------------------------------------------------------------- the logit map
+def logit_gram(inst: Instance) -> FloatArray:
+    """Gram matrix of the logit map's rows, ``G[(i,t),(j,u)] = (z_i·z_j)(x_it·x_ju)``, shape ``(nT, nT)``.
+
+    ``l_it = ⟨z_i ⊗ x_it, vec W⟩`` (column-major ``vec``), so ``G = 𝓛 𝓛ᵀ`` and
+    ``||𝓛||₂ = λ_max(G)^{1/2}``; the factorised form costs ``O((nT)² d)``, never ``d²``-long rows.
+
+    Scale: any finite data; formed from power-of-two rescaled rows, so it is normwise accurate to
+    ``~(2d + 2)·eps·||G||₂`` whenever its largest entry ``max_a G_aa`` is a normal double; raises
+    :class:`~attnsvm.NumericalError` (``scaling.range_error``) when that entry is beyond
+    ``[2.2e-308, 1.8e308]`` (entries ``2^−1022`` below it may be subnormal or 0: normwise negligible).
+
+    References: Gao, Song, Xie, arXiv 2307.02419 (tensor trick).
+
+    Args:
+      inst: the data (``n, T, d``).
+
+    Returns:
+      ``G``, shape ``(n·T, n·T)``, rows ordered by sequence then token.
+    """
+    sp = _Split(inst)
+    M, E = _kron_gram(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones)
+    if not np.any(M):
+        return M
+    big = float(np.max(np.diag(M)))  # PSD: the largest entry is on the diagonal
+    what = "the largest entry max ||z_i||²||x_it||² of the logit Gram matrix"
+    check_log_representable(what, math.log(big) + 2 * E * _LN2, remedy="rescale X or z")
+    with np.errstate(under="ignore"):
+        return np.asarray(np.ldexp(M, 2 * E))
+
+
 def logit_norm(inst: Instance) -> float:
     """Operator norm ``||𝓛||₂`` of ``W ↦ (x_itᵀ W z_i)_{i,t}`` (Frobenius in, ℓ2 out).
 
     ``||𝓛||₂ = λ_max(G)^{1/2}`` with ``G`` from :func:`logit_gram`.
+
+    Scale: any finite data (the Gram is formed from power-of-two rescaled rows and the scale put back
+    exactly); relative accuracy ``~(8m + m(2d + 2))·eps``, ``m = nT``; 0 exactly when ``X`` or ``z`` is 0;
+    raises :class:`~attnsvm.NumericalError` when ``||𝓛||₂`` is outside ``[2.2e-308, 1.8e308]``.
 
     References: Gao, Song, Xie, arXiv 2307.02419.
 
@@ -174,16 +301,23 @@ def logit_norm(inst: Instance) -> float:
     Returns:
       ``||𝓛||₂ ≥ 0`` (a float).
     """
-    return math.sqrt(_lam_max(logit_gram(inst)))
+    sp = _Split(inst)
+    m, e = _kron_norm(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones)
+    if m == 0.0:
+        return 0.0
+    check_log_representable("the logit-map norm ||L||_2", math.log(m) + e * _LN2, remedy="rescale X or z")
+    return float(np.ldexp(m, e))
 
 
-def _scaled_norm(G: FloatArray, kappa_rows: FloatArray) -> float:
-    """``||K 𝓛||₂`` from ``G = 𝓛𝓛ᵀ``: ``λ_max(K G K)^{1/2}``, ``K = diag(kappa_rows)``."""
-    return math.sqrt(_lam_max(kappa_rows[:, None] * G * kappa_rows[None, :]))
+#: Rounding allowance of a max-weight bound's log, per unit of the largest exponent magnitude it
+#: combines (see ``_log_max_weight``): relative rounding of the norms (d + 3 roundings each), of the
+#: products (3), and of log-sum-exp/logaddexp (T + 4), doubled.
+def _log_weight_ulps(d: int, T: int) -> float:
+    return 2.0 * (2 * d + T + 16)
 
 
-def _max_weight_bound(inst: Instance, kind: str, radius: float) -> FloatArray:
-    """Upper bound ``p_i ≥ max_t s_it(W)`` over the ball, per sequence, shape ``(n,)``.
+def _log_max_weight(sp: _Split, kind: str, radius: float, *, rounded_up: bool) -> FloatArray:
+    """``log p_i`` with ``p_i ≥ max_t s_it(W)`` over the ball, per sequence, shape ``(n,)``.
 
     On ``||W||_F ≤ R``: ``|aᵀ W b| ≤ ||W||₂ ||a|| ||b|| ≤ R ||a|| ||b||``.
 
@@ -193,24 +327,50 @@ def _max_weight_bound(inst: Instance, kind: str, radius: float) -> FloatArray:
       ``s_it = φ_t / Σ_u φ_u ≤ 1 / (1 + Σ_{u≠t} φ(−R c_iu)/φ(R c_it))``, with
       ``log φ(−R c) = −R c`` and ``log φ(R c) = log1p(R c)``.
 
-    Both are computed in the log domain: ``σ(−q) = exp(−logaddexp(0, q))`` never overflows.
+    All in the log domain: ``log σ(−q) = −logaddexp(0, q)`` never underflows (a weight bound of
+    ``e^−10⁶`` stays ``−10⁶``). The products ``R·||z_i||·δ_itu`` are formed from power-of-two pairs
+    (exact under power-of-two rescaling of ``X``, ``z`` and ``R``); ``R·||z||·δ`` beyond 1.8e308 is
+    ``+inf`` and its term ``e^−inf = 0`` is then exact to float64. ``rounded_up=True`` adds the
+    rounding allowance ``_log_weight_ulps·eps·(1 + max|exponent| + |q|)`` (the absolute error of
+    the log) and caps at ``log 1 = 0``, so that the returned ``p`` is an upper bound after rounding.
     """
-    n, T, _ = inst.shape
-    znorm = np.linalg.norm(inst.z, axis=1)  # (n,)
-    if kind == "softmax":
-        diff = inst.X[:, :, None, :] - inst.X[:, None, :, :]  # (n, T, T, d): x_it − x_iu
-        expo = -radius * np.linalg.norm(diff, axis=-1) * znorm[:, None, None]  # (n, t, u)
-    else:
-        c = np.linalg.norm(inst.X, axis=-1) * znorm[:, None]  # (n, T)
-        expo = -radius * c[:, None, :] - np.log1p(radius * c)[:, :, None]
+    n, T, d = sp.xm.shape
+    mR, eR = math.frexp(radius)
+    zn_m, zn_e = sp.zn
+    with np.errstate(over="ignore", under="ignore"):
+        if kind == "softmax":
+            # δ_itu = ||x_it − x_iu|| with both tokens on the pair's common scale 2^max(e_t, e_u).
+            ep = np.maximum(sp.xe[:, :, None], sp.xe[:, None, :])  # (n, T, T)
+            xt = np.ldexp(sp.xm[:, :, None, :], (sp.xe[:, :, None] - ep)[..., None])
+            xu = np.ldexp(sp.xm[:, None, :, :], (sp.xe[:, None, :] - ep)[..., None])
+            dm, de = _norm_split(xt - xu, ep)
+            prod = np.ldexp(mR * zn_m[:, None, None] * dm, eR + zn_e[:, None, None] + de)
+            expo = -prod  # (n, t, u)
+        else:
+            cm = sp.xn[0] * zn_m[:, None]  # ||x_it|| ||z_i|| mantissa, (n, T)
+            Rc = np.ldexp(mR * cm, eR + sp.xn[1] + zn_e[:, None])  # R c_it, +inf beyond 1.8e308
+            expo = -Rc[:, None, :] - np.log1p(Rc)[:, :, None]
     mask = np.eye(T, dtype=bool)[None, :, :]
     expo = np.where(mask, -np.inf, expo)
     m = np.max(expo, axis=-1, keepdims=True)
-    # log-sum-exp over u ≠ t (stable: shift by the max, which is finite since T ≥ 2).
-    q = m[..., 0] + np.log(np.sum(np.exp(expo - m), axis=-1))
-    # s ≤ 1/(1 + e^q) computed as exp(−log(1 + e^q)) = exp(−logaddexp(0, q)): no overflow for large q.
-    p = np.exp(-np.logaddexp(0.0, q))
-    return np.asarray(np.max(p, axis=1))
+    # log-sum-exp over u ≠ t, shifted by the max; every term −inf (all beyond float64) gives q = −inf.
+    safe_m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(
+            np.isfinite(m[..., 0]), safe_m[..., 0] + np.log(np.sum(np.exp(expo - safe_m), axis=-1)), -np.inf
+        )
+    # s ≤ 1/(1 + e^q): log s ≤ −log(1 + e^q) = −logaddexp(0, q), exact in the log domain.
+    logp = -np.logaddexp(0.0, q)  # (n, T)
+    if rounded_up:
+        fin = np.where(np.isfinite(expo), np.abs(expo), 0.0)
+        size = 1.0 + np.max(fin, axis=-1) + np.where(np.isfinite(q), np.abs(q), 0.0)
+        logp = np.minimum(0.0, logp + _log_weight_ulps(d, T) * _EPS * size)
+    return np.asarray(np.max(logp, axis=1))
+
+
+def _max_weight_bound(inst: Instance, kind: str, radius: float) -> FloatArray:
+    """``p_i ≥ max_t s_it(W)`` over the ball (formula of ``_log_max_weight``, no rounding allowance)."""
+    return np.asarray(np.exp(_log_max_weight(_Split(inst), kind, radius, rounded_up=False)))
 
 
 # --------------------------------------------------------------------------- result objects
@@ -229,6 +389,14 @@ class LipschitzBound:
       formula: which formula gave ``nominal``.
       candidates: every certified candidate computed (name → value); ``nominal`` is their minimum.
       rounding_rtol: see :func:`bound_rounding_rtol`.
+      log_value: ``ln(value)``, exact also where the diagnostics below leave the float64 range.
+      log_candidates: ``ln`` of each candidate (``−inf`` for 0).
+      log_kappa: ``ln κ_i`` (``−inf`` for 0), shape ``(n,)``.
+      log_logit_norm: ``ln ||𝓛||₂``.
+
+    ``value`` and ``nominal`` are always normal doubles (or exactly 0); the diagnostics
+    ``logit_norm``, ``jacobian_factor``, ``kappa`` and ``candidates`` are rounded to float64 and read
+    0 or inf where the quantity itself is outside ``[2.2e-308, 1.8e308]`` (their ``log_*`` are exact).
     """
 
     value: float
@@ -243,6 +411,10 @@ class LipschitzBound:
     formula: str
     candidates: dict[str, float] = field(repr=False)
     rounding_rtol: float = field(repr=False)
+    log_value: float = field(repr=False, default=math.nan)
+    log_candidates: dict[str, float] = field(repr=False, default_factory=dict)
+    log_kappa: FloatArray = field(repr=False, default_factory=lambda: np.zeros(0))
+    log_logit_norm: float = field(repr=False, default=math.nan)
 
     def __float__(self) -> float:
         return self.value
@@ -327,75 +499,112 @@ def lipschitz_bound(
       radius: ``R > 0``, finite (the linear bounds do not depend on it but it is still checked).
       of: ``"weights"`` (``W ↦ s ∈ R^{nT}``) or ``"output"`` (``W ↦ f ∈ R^n``).
 
+    Scale: any finite data and radius; ``value`` is returned when it is a normal double (equivariant
+    bit for bit under power-of-two rescaling, see the module docstring), otherwise
+    :class:`~attnsvm.NumericalError` names the bound and float64's range; 0 only when the true
+    constant is 0 (``X``, ``z`` or, for outputs of the linear kind, the values all 0). Accuracy: an
+    upper bound on the exact constant after rounding (``rounding_rtol``; the output factors add the
+    values' rounding ``4(d + 2)·eps·max||x||·||v||`` to the spread, and ``p_i`` is rounded up by
+    ``_log_weight_ulps·eps·(1 + |exponent|)`` in the log); the linear output bound is exact to
+    ``rounding_rtol`` relative plus the values' rounding ``~d·eps·|x|·|v|`` absolute.
+
     Returns:
       :class:`LipschitzBound` (``float()`` gives the bound).
+
+    Raises:
+      NumericalError: the bound (``value`` or ``nominal``) is outside ``[2.2e-308, 1.8e308]``.
     """
     _check_common(kind, of, wrt)
     R = _check_radius(radius)
-    n, T, _ = inst.shape
+    n, T, d = inst.shape
     rtol = bound_rounding_rtol(inst)
-    # Every norm below is homogeneous in X and z: form the Gram matrices from X/sx and z/sz and
-    # multiply the scale back after the square root, so data of size 1e-160 (Gram entries 1e-640)
-    # or 1e+160 neither underflows to 0 nor overflows.
-    sx, sz = _unit_scale(inst.X), _unit_scale(inst.z)
-    Xs, zs = inst.X / sx, inst.z / sz
-    G = _logit_gram_of(Xs, zs)
-    Lnorm = sx * sz * math.sqrt(_lam_max(G))
-    cands: dict[str, float]
+    # Scale: every candidate is a product of norms of X, z, v, R and factors κ_i. Each is carried
+    # as an exact pair m·2^e (``_Split``, ``_kron_norm``): no Gram entry under- or overflows, whatever
+    # the sizes of X, z and v (the naive form squared κ_i and lost 1e-149-sized bounds to 0), the
+    # candidates are compared exactly, and only the returned value must be a normal double.
+    sp = _Split(inst)
+    Lm, Le = _kron_norm(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones)
+    cands: dict[str, tuple[float, int]]
     if kind == "linear":
+        km, ke = sp.ones
         if of == "weights":
-            kappa = np.ones(n)
-            cands = {"||L||_2 (exact)": Lnorm}
+            cands = {"||L||_2 (exact)": (Lm, Le)}
         else:
-            a = inst.values()
-            sa = _unit_scale(a)
-            xa = np.einsum("itd,it->id", Xs, a / sa)  # X_iᵀ a_i / (sx·sa), (n, d)
-            H = (zs @ zs.T) * (xa @ xa.T)
-            kappa = np.ones(n)
-            cands = {
-                "||A L||_2 (exact, Gram (z_i·z_j)(X_i^T a_i·X_j^T a_j))": sx
-                * sz
-                * sa
-                * math.sqrt(_lam_max(H))
-            }
-        jf = 1.0
+            # f_i = (X_iᵀ a_i)ᵀ W z_i: rows z_i ⊗ y_i, y_i = Σ_t a_it x_it on the sequence's scale
+            # (a_it = as_it 2^(se_i + ve), x_it = xs_it 2^se_i), then re-split.
+            y = np.einsum("it,itd->id", sp.as_, sp.xs)[:, None, :]
+            ym, ye = _split(y)
+            ye = ye + (2 * sp.se + sp.ve)[:, None]
+            name = "||A L||_2 (exact, Gram (z_i·z_j)(X_i^T a_i·X_j^T a_j))"
+            cands = {name: _kron_norm(sp.zm, sp.ze, ym, ye, km, ke)}
+        log_kappa = np.zeros(n)
     else:
-        p = _max_weight_bound(inst, kind, R)
+        logp = _log_max_weight(sp, kind, R, rounded_up=True)
         if of == "weights":
-            kappa = np.minimum(0.5, p)
-            cap = 0.5
+            log_kappa = np.minimum(math.log(0.5), logp)
+            km, ke = _pair_from_log(log_kappa)
+            km = np.where(logp >= math.log(0.5), 0.5, km)  # κ_i = ½ exactly where the cap binds
+            ke = np.where(logp >= math.log(0.5), 0, ke)
+            cap = (0.5, 0)
             cap_name = "1/2 ||L||_2"
         else:
-            a = inst.values()
-            spread = np.max(a, axis=1) - np.min(a, axis=1)
-            kappa = np.minimum(SPREAD_FACTOR, 0.5 * np.sqrt(p)) * spread
-            cap = float(np.max(kappa))
+            # spread_i = max_t a_it − min_t a_it on the sequence's scale 2^(se_i + ve), plus the absolute
+            # rounding of the values a = Xv (a d-term dot product: ≤ γ_d Σ|x||v| ≤ 1.01·d·eps·||x||·||v||
+            # each, twice for a difference, and the subtraction itself), so κ_i is an upper bound also
+            # where the values nearly cancel.
+            xsn = np.linalg.norm(sp.xs, axis=-1)  # ≤ √d
+            spread = (np.max(sp.as_, axis=1) - np.min(sp.as_, axis=1)) * (1 + 2 * _EPS) + (
+                4 * (d + 2) * _EPS * np.max(xsn, axis=1) * float(np.linalg.norm(sp.vm))
+            )
+            # κ_i = min(√2/4, √p_i/2) · spread_i as a product of pairs: the factor is scale-free, the
+            # spread carries the exponent se_i + ve, so rescaling X or v only moves exponents.
+            fm, fe = _pair_from_log(np.minimum(math.log(SPREAD_FACTOR), 0.5 * logp - math.log(2.0)))
+            sm, s_e = np.frexp(spread)
+            km, k2 = np.frexp(fm * sm)
+            ke = (fe + s_e + k2 + sp.se + sp.ve).astype(np.int64)
+            log_kappa = _pair_log(km, ke)
+            i_max = int(np.argmax(log_kappa))
+            cap = (float(km[i_max]), int(ke[i_max]))
             cap_name = "max_i kappa_i ||L||_2"
-        kappa_rows = np.repeat(kappa, T)
+        cm, ce = math.frexp(cap[0] * Lm)
         cands = {
-            cap_name: cap * Lnorm,
-            "||K L||_2": sx * sz * _scaled_norm(G, kappa_rows),
+            cap_name: (cm, ce + cap[1] + Le),
+            "||K L||_2": _kron_norm(sp.zm, sp.ze, sp.xm, sp.xe, km, ke),
         }
-        jf = float(np.max(kappa))
-    formula = min(cands, key=lambda k: cands[k])
-    nominal = cands[formula]
-    if not math.isfinite(nominal):
-        raise NumericalError(
-            f"the {kind} {of} Lipschitz bound is not finite in float64 (got {nominal}); rescale the data"
-        )
+    formula = min(cands, key=lambda k: _pair_key(*cands[k]))
+    nm, ne = cands[formula]
+    vm, ve = math.frexp(nm * (1.0 + rtol))
+    ve += ne
+    what = f"the {kind} {of} Lipschitz bound (radius {R:.3g})"
+    log_value = _pair_log(vm, ve) if vm else -math.inf
+    if vm != 0.0:
+        _, nfe = math.frexp(nm)
+        # normal doubles are [2^−1022, 2^1024): frexp exponents in [−1021, 1024], for value and nominal
+        if not (-1021 <= ve <= 1024 and -1021 <= ne + nfe):
+            raise range_error(
+                what,
+                float(log_value),
+                remedy="Rescale X, z or v by a power of two: the bound scales by the same factors",
+            )
+    with np.errstate(over="ignore", under="ignore"):  # diagnostics: 0/inf outside the range
+        kappa = np.exp(log_kappa)
     return LipschitzBound(
-        value=nominal * (1.0 + rtol),
-        nominal=nominal,
+        value=float(np.ldexp(vm, ve)),
+        nominal=float(np.ldexp(nm, ne)),
         kind=kind,
         of=of,
         wrt=wrt,
         radius=R,
-        logit_norm=Lnorm,
-        jacobian_factor=jf,
+        logit_norm=_pair_value(Lm, Le),
+        jacobian_factor=float(np.max(kappa)),
         kappa=kappa,
         formula=formula,
-        candidates=cands,
+        candidates={k: _pair_value(*c) for k, c in cands.items()},
         rounding_rtol=rtol,
+        log_value=float(log_value),
+        log_candidates={k: float(_pair_log(*c)) if c[0] else -math.inf for k, c in cands.items()},
+        log_kappa=np.asarray(log_kappa, dtype=np.float64),
+        log_logit_norm=float(_pair_log(Lm, Le)) if Lm else -math.inf,
     )
 
 
@@ -426,7 +635,7 @@ def _torch_full_map(inst: Instance, kind: str, of: str) -> Callable[[torch.Tenso
 
     X = torch.as_tensor(np.array(inst.X), dtype=torch.float64)
     z = torch.as_tensor(np.array(inst.z), dtype=torch.float64)
-    a = torch.as_tensor(np.array(inst.values()), dtype=torch.float64)
+    a = torch.as_tensor(_values(inst), dtype=torch.float64)
     head = torch.func.vmap(_torch_head(kind, of))
     d = inst.d
 
@@ -490,12 +699,21 @@ def lipschitz_estimate(
       steps: ascent steps per start (≥ 0).
       starts: how many of the best candidates are ascended (≥ 1).
 
+    Scale: any finite data and radius. The search runs on the data rescaled to O(1) by exact powers
+    of two, on the ball ``R·2^(eX+ez)`` capped where the logits reach ``2^SATURATION_LOG2`` (beyond, the
+    Jacobian is 0 to float64, so the capped search searches the whole ball); the value is put back
+    exactly (``2^(eX+ez)``, outputs ``2^(2eX+ez+ev)``), so the estimate is exactly equivariant.
+    Accuracy: ``value`` is ``||J(W)||₂`` at the returned ``W`` to ``~(nT + d²)·eps`` relative plus the
+    Jacobian's absolute rounding (``_jacobian_floor``); below that floor it raises rather than
+    returning an unresolved number (0 only when the Jacobian is identically 0).
+
     Returns:
       :class:`LipschitzEstimate`; ``.W`` (shape ``(d, d)``) attains ``.value``.
 
     Raises:
-      NumericalError: the Jacobian is not finite at some point of the ball (radius too large for
-        float64 logits).
+      NumericalError: the estimate is outside ``[2.2e-308, 1.8e308]``, or ``||W||_F`` of its attaining
+        point is (the data so large that the point underflows), or the largest Jacobian found is
+        below its float64 rounding level (every sequence's tokens nearly coincide).
     """
     import torch
 
@@ -506,10 +724,17 @@ def lipschitz_estimate(
     starts = _check_positive_int(starts, "starts", 1)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise AttnSVMError(f"seed must be an integer; got {seed!r}")
+    # Scale: the search runs on the data rescaled by exact powers of two (X/2^eX, z/2^ez, v/2^ev, all
+    # O(1)) on the ball of radius R·2^(eX+ez): the same map up to the factor 2^k of the Jacobian
+    # (k = eX + ez for the weights, 2eX + ez + ev for the output), put back at the end.
+    orig, R_orig = inst, R
+    inst, eX, ez, ev = _normalized(orig)
+    shift, k_out = _jacobian_shift(eX, ez, ev, of)
+    R = _search_radius(inst, R_orig, shift)
     n, T, d = inst.shape
     X = torch.as_tensor(np.array(inst.X), dtype=torch.float64)
     z = torch.as_tensor(np.array(inst.z), dtype=torch.float64)
-    a = torch.as_tensor(np.array(inst.values()), dtype=torch.float64)
+    a = torch.as_tensor(_values(inst), dtype=torch.float64)
     G_np = logit_gram(inst)
     G4 = torch.as_tensor(G_np.reshape(n, T, n, T), dtype=torch.float64)
     # ∂(head)/∂l per sequence: (n, T, T) for weights, (n, 1, T) for the output.
@@ -564,11 +789,12 @@ def lipschitz_estimate(
     scales = np.concatenate([c.ravel(), dif.ravel()])
     scales = scales[scales > 0]
     lo_r = 0.1 / float(np.max(scales)) if scales.size else R
-    hi_r = 10.0 / float(np.min(scales)) if scales.size else R
+    # tokens far below the largest ones (1e-300 next to 1) would give hi_r = inf: cap at the ball
+    hi_r = min(10.0 / float(np.min(scales)), max(R, lo_r)) if scales.size else R
     for k in range(samples):
         g = rng.standard_normal(d * d)
         g /= np.linalg.norm(g)
-        if k % 2 == 0:
+        if k % 2 == 0 or not lo_r > 0.0:  # (lo_r = R = 0: R·2^(eX+ez) underflowed, the ball is {0})
             rad = R * rng.random() ** (1.0 / (d * d))  # uniform in the ball
         else:
             rad = min(R, math.exp(rng.uniform(math.log(lo_r), math.log(max(hi_r, lo_r)))))
@@ -598,19 +824,30 @@ def lipschitz_estimate(
             if cur > best_val:
                 best_val, best_w = cur, w
     # Independent recomputation at the attaining point: full autograd Jacobian, largest singular value.
-    full = _full_jacobian_norm(inst, kind, of, best_w)
+    full = _checked_jacobian_norm(inst, kind, of, best_w)
+    est_value = _scaled_back(full, k_out, f"the {kind} {of} Lipschitz estimate (radius {R_orig:.3g})")
+    W_back = np.ldexp(best_w, -shift)  # exact unless an entry falls below 2^-1022 (checked next)
+    nrm = _fro(best_w)
+    if nrm > 0.0:
+        # ||W|| = ||W̃||·2^-shift must be a normal double for W to be the attaining point
+        log_w = math.log(nrm) - shift * _LN2
+        check_log_representable(
+            "the norm ||W||_F of the estimate's attaining point W",
+            log_w,
+            remedy="Rescale X or z by a power of two (W scales inversely)",
+        )
     return LipschitzEstimate(
-        value=full,
-        W=np.asarray(best_w.reshape(d, d)),
+        value=est_value,
+        W=np.asarray(W_back.reshape(d, d)),
         kind=kind,
         of=of,
         wrt=wrt,
-        radius=R,
+        radius=R_orig,
         seed=int(seed),
         samples=samples,
         steps=steps,
         evaluations=count,
-        search_value=float(best_val),
+        search_value=_pair_value(float(best_val), k_out),
     )
 
 
@@ -629,15 +866,159 @@ def jacobian_norm(inst: Instance, W: ArrayLike, kind: str = "softmax", of: str =
       kind: ``"softmax"``, ``"linear"`` or ``"normalized_linear"``.
       of: ``"weights"`` or ``"output"``.
 
+    Scale: any finite data; evaluated on the data rescaled to O(1) by exact powers of two at
+    ``W·2^(eX+ez)`` (the same logits) and multiplied back by ``2^(eX+ez)`` (outputs ``2^(2eX+ez+ev)``),
+    exactly. Accuracy: ``~(nT + d²)·eps`` relative plus an absolute ``_jacobian_floor`` (the autograd
+    Jacobian's rounding, which grows with the logits); a value at or below that floor raises (the
+    attention is saturated at ``W``: the true value, positive, cannot be resolved), except that a
+    Jacobian identically 0 for the data (``_structurally_zero``) returns 0.
+
     Returns:
       ``||J(W)||₂`` (a float).
 
     Raises:
-      NumericalError: the Jacobian is not finite at ``W`` (logits beyond float64 range).
+      NumericalError: the value is outside ``[2.2e-308, 1.8e308]``; ``W`` on the data's scale (the
+        logits) overflows; or the value is below the rounding level of its computation.
     """
     _check_common(kind, of, "W")
     Wa = inst.check_weights(W)
-    return _full_jacobian_norm(inst, kind, of, Wa.reshape(-1))
+    # Scale: evaluate on the data rescaled by exact powers of two, at W̃ = W·2^(eX+ez) (the same
+    # logits), and put the Jacobian's factor 2^k back at the end (see lipschitz_estimate).
+    ninst, eX, ez, ev = _normalized(inst)
+    shift, k_out = _jacobian_shift(eX, ez, ev, of)
+    if kind == "linear":
+        Wn = np.zeros_like(Wa)  # the linear Jacobian does not depend on W
+    else:
+        with np.errstate(over="ignore", under="ignore"):
+            Wn = np.ldexp(Wa, shift)
+        if not np.all(np.isfinite(Wn)):
+            big = float(np.max(np.abs(Wa)))
+            raise range_error(
+                f"the {kind} {of} Jacobian is not finite: the largest entry of W on the data's scale, "
+                "W·max|x|·max|z| (the logits' size),",
+                math.log(big) + shift * _LN2,
+                remedy="Use a smaller W or rescale the data",
+            )
+    val = _checked_jacobian_norm(ninst, kind, of, Wn.reshape(-1))
+    return _scaled_back(val, k_out, f"the {kind} {of} Jacobian norm ||J(W)||_2")
+
+
+def _values(inst: Instance) -> FloatArray:
+    """``a_it = vᵀx_it`` of O(1) (normalised) data; a value below 2^-1022 is negligible here."""
+    with np.errstate(under="ignore"):
+        return np.asarray(inst.X @ inst.v)
+
+
+def _normalized(inst: Instance) -> tuple[Instance, int, int, int]:
+    """``(inst with X/2^eX, z/2^ez, v/2^ev, eX, ez, ev)``: exact rescaling, largest entries in ``[½, 1)``.
+
+    For self-attention ``z = x_i0`` keeps the exponent of ``X`` (``ez = eX``). Entries more than
+    ``2^1022`` below their array's largest land in the subnormal band (normwise negligible).
+    """
+    eX = pow2_exponent(inst.X)
+    ev = pow2_exponent(inst.v)
+    with np.errstate(under="ignore"):
+        X = np.ldexp(inst.X, -eX)
+        v = np.ldexp(inst.v, -ev)
+        if inst.self_attention:
+            return Instance(X, inst.Y, v), eX, eX, ev
+        ez = pow2_exponent(inst.z)
+        return Instance(X, inst.Y, v, np.ldexp(inst.z, -ez)), eX, ez, ev
+
+
+def _jacobian_shift(eX: int, ez: int, ev: int, of: str) -> tuple[int, int]:
+    """``(shift, k)``: ``W = W̃·2^-shift`` and ``||J|| = ||J̃||·2^k`` for the rescaled data.
+
+    Logits ``xᵀWz = x̃ᵀW̃z̃`` with ``W̃ = W·2^(eX+ez)``; the weights Jacobian ``∂s/∂W = 2^(eX+ez) ∂s̃/∂W̃``;
+    the output ``f = 2^(eX+ev) f̃`` adds ``eX + ev``.
+    """
+    shift = eX + ez
+    return shift, shift + (eX + ev if of == "output" else 0)
+
+
+#: The search is confined to the logits ``|l| ≤ 2^SATURATION_LOG2``: far beyond the point (``|l|`` of a
+#: few thousand) where every weight other than the largest is below float64's range, so the Jacobian
+#: there is 0 to float64 and the confined search is still a search of the whole ball.
+SATURATION_LOG2 = 900
+
+
+def _search_radius(inst: Instance, R: float, shift: int) -> float:
+    """The ball ``R·2^shift`` of the rescaled data, capped where the logits reach ``2^SATURATION_LOG2``."""
+    with np.errstate(over="ignore", under="ignore"):
+        Rn = float(np.ldexp(R, shift))
+    lf = float(np.linalg.norm(np.linalg.norm(inst.X, axis=-1) * np.linalg.norm(inst.z, axis=1)[:, None]))
+    cap = math.ldexp(1.0, SATURATION_LOG2) / lf if lf > 0 else FLOAT_MAX
+    return min(Rn, cap)
+
+
+def _scaled_back(val: float, k: int, what: str) -> float:
+    """``val · 2^k`` when it is a normal double (or exactly 0); otherwise the scale contract's error."""
+    if val == 0.0:
+        return 0.0
+    m, e = math.frexp(val)
+    if not -1021 <= e + k <= 1024:
+        raise range_error(what, math.log(m) + (e + k) * _LN2, remedy="Rescale X, z or v by a power of two")
+    return math.ldexp(m, e + k)
+
+
+#: Absolute rounding of the autograd Jacobian, in units of ``eps·||𝓛||_F`` (weights) or
+#: ``eps·||𝓛||_F·T·max_t |x_t|·|v|`` (outputs, ``|·|`` entrywise): each entry is
+#: a T-term sum of products of weights with ``z_j x_k`` (``T + 2`` roundings), the weights carry the
+#: logits' rounding (``≤ 2d·eps·(1 + |l|)`` relative, and their derivative is at most ½ per logit),
+#: and the SVD adds ``(nT + d²)·eps·||J||``; 4 ulps of headroom per term.
+JACOBIAN_ULPS = 4.0
+
+
+def _jacobian_floor(inst: Instance, kind: str, of: str, w: FloatArray) -> float:
+    """Absolute error bound of the computed ``||J(W)||₂`` on O(1) (normalised) data."""
+    n, T, d = inst.shape
+    xn = np.linalg.norm(inst.X, axis=-1)
+    zn = np.linalg.norm(inst.z, axis=1)
+    lf = float(np.linalg.norm(xn * zn[:, None]))  # ||𝓛||_F
+    lam = float(np.max(xn * zn[:, None])) * _fro(w)  # max |logit|
+    # output: ∂f/∂l_t = s_t(a_t − f) (or a_t for linear) is of the size of the values, whose own
+    # rounding is ≤ d·eps·|x_t|·|v| (absolute products): the scale is max_t |x_t|·|v|, T terms
+    with np.errstate(under="ignore"):
+        a = 1.0 if of == "weights" else T * float(np.max(np.abs(inst.X) @ np.abs(inst.v)))
+    return JACOBIAN_ULPS * (n * T + d * d + T + 2 + 2 * d * (1.0 + lam)) * _EPS * lf * a
+
+
+def _structurally_zero(inst: Instance, kind: str, of: str) -> bool:
+    """``J(W) = 0`` at every ``W``, decided exactly on the data (no rounding).
+
+    Sequence ``i`` contributes nothing when ``z_i = 0`` or all its tokens are equal (the weights
+    Jacobian is ``D_i 𝓛_i`` with ``D_i 1 = 0``); for the output also when all its values ``vᵀx_it``
+    are equal, which holds exactly when ``v_k = 0`` or ``x_itk = x_i0k`` for every coordinate ``k``
+    (for linear outputs: all values 0, i.e. every token orthogonal to ``v`` term by term, or ``v = 0``).
+    """
+    X, z, v = inst.X, inst.z, inst.v
+    zero_z = ~np.any(z != 0, axis=1)
+    if kind == "linear":
+        if of == "weights":
+            return bool(np.all(zero_z | ~np.any(X != 0, axis=(1, 2))))
+        zero_a = np.all((v[None, None, :] == 0) | (X == 0), axis=(1, 2))
+        return bool(np.all(zero_z | zero_a))
+    same_x = np.all(X == X[:, :1, :], axis=(1, 2))
+    if of == "weights":
+        return bool(np.all(zero_z | same_x))
+    same_a = np.all((v[None, None, :] == 0) | (X == X[:, :1, :]), axis=(1, 2))
+    return bool(np.all(zero_z | same_x | same_a))
+
+
+def _checked_jacobian_norm(inst: Instance, kind: str, of: str, w: FloatArray) -> float:
+    """``||J(W)||₂`` on normalised data, or 0 when structurally zero; raises below its rounding level."""
+    val = _full_jacobian_norm(inst, kind, of, w)
+    floor = _jacobian_floor(inst, kind, of, w)
+    if val > floor:
+        return val
+    if _structurally_zero(inst, kind, of):
+        return 0.0
+    raise NumericalError(
+        f"the {kind} {of} Jacobian norm at this W is below the rounding level of its float64 "
+        f"computation ({val:.3g} ≤ {floor:.3g} on the data rescaled to O(1)): the attention is saturated "
+        "there (logit gaps beyond ~36) or the tokens nearly coincide, and its value cannot be resolved. "
+        "Use lipschitz_bound for a certified upper bound, or a point with smaller logits"
+    )
 
 
 def _full_jacobian_norm(inst: Instance, kind: str, of: str, w: FloatArray) -> float:
@@ -679,6 +1060,9 @@ def compare_lipschitz(
       radii: ball radii ``R > 0``.
       of: ``"weights"`` or ``"output"``.
       seed, samples, steps: passed to :func:`lipschitz_estimate`.
+
+    Scale: as :func:`lipschitz_bound` and :func:`lipschitz_estimate` (it raises what they raise);
+    the ratios are of representable numbers (a ratio beyond float64 reads ``inf``).
 
     Returns:
       A list of dicts (table rows), ``len(instances) · len(radii)`` of them.
