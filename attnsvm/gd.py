@@ -15,6 +15,13 @@ long as a user asks:
 * :func:`run_gd_kq` — GD on the factors of ``W = K Qᵀ``.
 * :func:`direction_corr`, :func:`direction_gap`, :func:`fit_rate` — measuring the direction.
 
+Scale (issue 13's contract): every engine computes on the data rescaled by exact powers of two
+(``X' = X·2^−ex``, ``z' = z·2^−ez``, ``v' = v·2^ex``: the token values are unchanged; the logits of
+``W`` are those of ``W' = W·2^(ex+ez)`` on ``X'``, ``z'``), while its iterate stays in the user's
+scale. The data's magnitude alone therefore never overflows or underflows an intermediate; an
+iterate, logit or token value that is itself not a normal double raises
+:class:`~attnsvm.NumericalError` naming it and the range.
+
 Data flow: gd takes a reference direction (e.g. ``attnsvm.svm.solve_svm(inst).W``) as an
 argument and never imports the SVM solvers.
 
@@ -40,11 +47,19 @@ from .grad import (
     CANCELLED_MESSAGE,
     GradDirection,
     normalized_risk_grad_of,
-    risk_grad_of,
     risk_of,
 )
 from .instance import Instance, as_real_array
 from .losses import Loss, LossLike, _logistic_derivative, get_loss
+from .scaling import (
+    FLOAT_MAX,
+    FLOAT_TINY,
+    LOG_FLOAT_MAX,
+    LOG_FLOAT_TINY,
+    ldexp_scale,
+    pow2_exponent,
+    range_error,
+)
 
 __all__ = [
     "GDRecord",
@@ -75,10 +90,10 @@ _TINY = float(np.finfo(np.float64).tiny)
 
 # =================================================================== direction measures
 def _unit(W: FloatArray) -> FloatArray:
-    # Scale by the largest entry before the norm: sqrt(Σ w²) overflows for entries ≳ 1e154
-    # and underflows for entries ≲ 1e-154; the scaled form is exact in both ranges.
-    m = float(np.max(np.abs(W)))
-    Ws = W / m
+    # Scale by the power of two of the largest entry before the norm: sqrt(Σ w²) overflows for
+    # entries ≳ 1e154 and underflows for entries ≲ 1e-154; the scaled form is exact in both ranges,
+    # and a power of two (not the entry itself) rounds nothing, so Ŵ is the same at every scale 2^j W.
+    Ws = ldexp_scale(W, pow2_exponent(W))
     return Ws / float(np.sqrt(np.sum(Ws * Ws)))
 
 
@@ -87,8 +102,12 @@ def _fro(W: FloatArray) -> float:
     m = float(np.max(np.abs(W))) if W.size else 0.0
     if m == 0.0 or not math.isfinite(m):
         return m
-    Ws = W / m
-    return m * float(np.sqrt(np.sum(Ws * Ws)))
+    e = pow2_exponent(W)
+    Ws = ldexp_scale(W, e)  # exact (a power of two): the norm is equivariant under W → 2^j W
+    r = float(np.sqrt(np.sum(Ws * Ws)))  # in [½, d]
+    if math.log(r) + e * _LN2 > LOG_FLOAT_MAX:  # entries near 1.8e308: the norm itself is no double
+        raise range_error("the Frobenius norm ||W||_F of an iterate", math.log(r) + e * _LN2)
+    return float(np.ldexp(r, e))
 
 
 def _check_pair(W1: ArrayLike, W2: ArrayLike) -> tuple[FloatArray, FloatArray]:
@@ -116,6 +135,9 @@ def direction_corr(W1: ArrayLike, W2: ArrayLike) -> float:
     Returns:
       The cosine of the angle between them. For ``1 − corr`` below ~1e-8 use
       :func:`direction_gap`, which does not cancel.
+
+    Scale: any finite nonzero matrices (norms from the subnormal range to 1.8e308: each is scaled
+    by a power of two before its norm, exactly); ``corr`` to absolute error ``≲ d²·eps``.
     """
     a, b = _check_pair(W1, W2)
     ua, ub = _unit(a), _unit(b)
@@ -136,6 +158,9 @@ def direction_gap(W1: ArrayLike, W2: ArrayLike) -> float:
 
     Returns:
       The gap in ``[0, 2]``.
+
+    Scale: as :func:`direction_corr` (scale-free, exactly: ``gap(2^a W1, 2^b W2) = gap(W1, W2)``);
+    relative error ``≲ d·eps/√gap``.
     """
     a, b = _check_pair(W1, W2)
     D = _unit(a) - _unit(b)  # stable: no 1 − cos cancellation
@@ -167,6 +192,9 @@ def fit_rate(x: ArrayLike, gap: ArrayLike) -> RateFit:
     Returns:
       :class:`RateFit` with the slope, intercept, coefficient of determination ``R²`` of the
       fit in log-log space (1 for points exactly on a line) and the number of points.
+
+    Scale: any positive finite values (subnormal gaps keep only their remaining bits); a gap that
+    underflowed to 0 is refused with :class:`~attnsvm.InvalidInstanceError`, never a NaN fit.
     """
     xa = as_real_array(x, "x", ndim=1)
     ga = as_real_array(gap, "gap", ndim=1)
@@ -178,7 +206,7 @@ def fit_rate(x: ArrayLike, gap: ArrayLike) -> RateFit:
         if np.any(arr <= 0):
             i = int(np.flatnonzero(arr <= 0)[0])
             raise InvalidInstanceError(
-                f"{name} must be positive for a log-log fit; {name}[{i}] = {arr[i]!r}. "
+                f"{name} must be positive for a log-log fit; {name}[{i}] = {float(arr[i])!r}. "
                 "Drop zero gaps (direction already exact) or steps 0."
             )
     lx, lg = np.log10(xa), np.log10(ga)
@@ -190,6 +218,100 @@ def fit_rate(x: ArrayLike, gap: ArrayLike) -> RateFit:
     ss_tot = float(np.sum((lg - lg.mean()) ** 2))
     r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else 1.0
     return RateFit(float(coef[0]), float(coef[1]), r2, int(xa.size))
+
+
+# ======================================================================== data scale
+_LN2 = math.log(2.0)
+
+
+class _Scaled(NamedTuple):
+    """The instance's arrays rescaled by exact powers of two, and the scale of ``W``.
+
+    ``X' = X·2^−ex``, ``z' = z·2^−ez`` (largest entries in ``[½, 1)``) and ``v' = v·2^ex`` (so the
+    token values ``a = X'v' = Xv`` and the loss arguments are unchanged). The logits are then
+    ``l = x'ᵀ W' z'`` with ``W' = W·2^k``, ``k = ex + ez``: GD on ``W`` is GD on ``W'`` with data of
+    order one, and ``∇_W L = 2^k ∇_{W'} L``. Every engine computes on ``(X', z', v', W')``, so
+    no intermediate (logits, ``x zᵀ``, ``Σ w x zᵀ``) overflows or underflows because of the data's
+    scale alone. Entries of ``X``/``z`` more than ``2^1022`` below the largest round in ``X'``/``z'``
+    (absolute error ≤ 2^−1075 against entries ≥ ½: invisible at float64 precision).
+    """
+
+    X: FloatArray
+    Y: FloatArray
+    z: FloatArray
+    v: FloatArray
+    k: int
+    d: int
+
+
+def _rescale(inst: Instance) -> _Scaled:
+    """:class:`_Scaled` of ``inst``; raises the contract's error when ``v·2^ex`` is not exact (the
+    token values ``vᵀx_it`` leave the normal range)."""
+    ex, ez = pow2_exponent(inst.X), pow2_exponent(inst.z)
+    with np.errstate(over="ignore"):
+        v2 = ldexp_scale(inst.v, -ex)
+        exact = bool(np.all(np.isfinite(v2))) and bool(np.array_equal(ldexp_scale(v2, ex), inst.v))
+    if not exact:
+        # v·2^ex overflowed or went subnormal: the values vᵀx_it (size ~ |v|·|X|) are not normal doubles.
+        with np.errstate(over="ignore", invalid="ignore"):
+            back = ldexp_scale(v2, ex)
+        j = int(np.flatnonzero(~(back == inst.v))[0])  # the first entry that did not come back
+        log_val = math.log(abs(float(inst.v[j]))) + ex * _LN2
+        raise range_error(
+            f"the token values vᵀx_it (|v_{j}| = {abs(float(inst.v[j])):.3g} times max|X| ≈ 2^{ex})",
+            log_val,
+            remedy="Rescale v or X so that the token values vᵀx_it are normal doubles",
+        )
+    return _Scaled(ldexp_scale(inst.X, ex), inst.Y, ldexp_scale(inst.z, ez), v2, ex + ez, inst.d)
+
+
+#: Largest ``max|W'|`` (``W' = W·2^k``, data entries ≤ 1) whose logits and their differences
+#: stay finite: ``|l_it| ≤ d²·max|W'|`` and the log-domain forms subtract two logits.
+def _pow2_factors(k: NDArray[np.int64]) -> list[FloatArray]:
+    """Powers of two whose product is ``2^k`` (per entry), each a double, all of one sign of
+    exponent (so ``W·f1·f2·f3`` rounds only when ``W·2^k`` itself is not normal); ``[]`` if ``k = 0``."""
+    if not np.any(k):
+        return []
+    parts = 1 if np.max(np.abs(k)) <= 1000 else 3
+    out, left = [], np.array(k, dtype=np.int64)
+    for i in range(parts, 0, -1):
+        ki = left // i if i > 1 else left
+        out.append(np.ldexp(1.0, ki))
+        left = left - ki
+    return out
+
+
+def _logit_bound(d: int) -> float:
+    return FLOAT_MAX / (4.0 * d * d)
+
+
+def _to_logit_scale(sc: _Scaled, W: FloatArray, what: str = "W") -> FloatArray:
+    """``W' = W·2^k`` (exact while normal; entries that round below the normal range change the
+    logits by < 2^−1070, nothing at float64 precision); raises when the logits would overflow."""
+    m = float(np.max(np.abs(W), initial=0.0))
+    if m > 0 and math.log(m) + sc.k * _LN2 > math.log(_logit_bound(sc.d)):
+        raise range_error(
+            f"the logits x_itᵀ {what} z_i (up to d²·max|{what}|·max|X|·max|z| ≈ "
+            f"{sc.d * sc.d}·{m:.3g}·2^{sc.k})",
+            math.log(sc.d * sc.d) + math.log(m) + sc.k * _LN2,
+            remedy="The softmax is one-hot far beyond float64 there; lower lr or the number of steps, "
+            "or rescale the data (W·c on (X, z) is W on (√c·X, √c·z))",
+        )
+    return np.ldexp(W, sc.k)
+
+
+def _check_iterate(W: FloatArray, what: str) -> FloatArray:
+    """An iterate must be 0 or have its largest entry a normal double (smaller entries then have
+    absolute error ≤ 2^−1075 ≤ eps·max|W|: normwise exact); otherwise the contract's error."""
+    m = float(np.max(np.abs(W), initial=0.0))
+    if m == 0.0 or FLOAT_TINY <= m <= FLOAT_MAX:
+        return W
+    log_m = math.log(m) if math.isfinite(m) else math.inf
+    raise range_error(
+        what,
+        log_m,
+        remedy="Scale lr (and W0) with the data: X·2^a, z·2^b is the same problem in W·2^−(a+b)",
+    )
 
 
 # ============================================================================ checking
@@ -288,7 +410,9 @@ class GDTrajectory:
       W: final iterate, shape ``(d, d)``.
       record: one :class:`GDRecord` per recorded step (the last one is the final state).
       steps_run: updates performed (less than asked after an early or saturation stop).
-      stop_reason: ``"steps"``, ``"settled"`` (early stop), ``"gradient underflow"`` or
+      stop_reason: ``"steps"``, ``"settled"`` (early stop), ``"gradient underflow"`` (plain GD:
+        the gradient of the rescaled problem left the normal range, a scale-free test),
+        ``"stationary"`` (plain GD: ``∇L = 0``, or below the rounding level of its own sum) or
         ``"stalled"`` (plain GD whose update no longer changes ``W`` in float64).
       saturated: ``True`` when plain GD stopped because the gradient underflowed or the update
         vanished; the iterate is then *not* where exact GD would be after ``steps`` steps.
@@ -352,24 +476,42 @@ def _loss_name(lo: Any) -> str:
     return str(getattr(lo, "name", type(lo).__name__))
 
 
-def _log10_grad_norm(inst: Instance, W: FloatArray, lo: Any) -> float:
+def _direction(sc: _Scaled, W: FloatArray, lo: Any) -> GradDirection:
+    """Unit direction of ``∇L(W)`` and ``log||∇L(W)||`` from the rescaled data (``∇_W L = 2^k ∇_{W'} L``)."""
+    gd = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo)
+    return GradDirection(gd.direction, gd.log_norm + sc.k * _LN2)
+
+
+def _is_stationary_error(exc: NumericalError) -> bool:
+    """The core's refusal of a zero (or rounding-level) gradient, as opposed to a range error."""
+    msg = str(exc)
+    return msg == CANCELLED_MESSAGE or "exactly zero" in msg
+
+
+def _log10_grad_norm(sc: _Scaled, W: FloatArray, lo: Any) -> float:
+    Ws = _to_logit_scale(sc, W)
     try:
-        return normalized_risk_grad_of(inst.X, inst.Y, inst.z, inst.v, W, lo).log_norm / math.log(10.0)
-    except NumericalError:
+        return (normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Ws, lo).log_norm + sc.k * _LN2) / math.log(
+            10.0
+        )
+    except NumericalError as exc:
+        if not _is_stationary_error(exc):
+            raise
         return -math.inf  # the gradient is exactly zero (stationary W)
 
 
 def _make_record(
-    inst: Instance, W: FloatArray, lo: Any, step: int, ref: FloatArray | None, log10_g: float, keep: bool
+    sc: _Scaled, W: FloatArray, lo: Any, step: int, ref: FloatArray | None, log10_g: float, keep: bool
 ) -> GDRecord:
-    tokens = np.argmax(logits_of(inst.X, inst.z, W), axis=1).astype(np.intp)
+    Ws = _to_logit_scale(sc, W)  # logits and risk from the rescaled data: nothing overflows
+    tokens = np.argmax(logits_of(sc.X, sc.z, Ws), axis=1).astype(np.intp)
     nonzero = bool(np.any(W != 0))
     corr = direction_corr(W, ref) if ref is not None and nonzero else math.nan
     gap = direction_gap(W, ref) if ref is not None and nonzero else math.nan
     return GDRecord(
         step=int(step),
         norm=_fro(W),
-        risk=risk_of(inst.X, inst.Y, inst.z, inst.v, W, lo),
+        risk=risk_of(sc.X, sc.Y, sc.z, sc.v, Ws, lo),
         tokens=tokens,
         corr=corr,
         gap=gap,
@@ -445,6 +587,14 @@ def run_gd(
 
     Returns:
       :class:`GDTrajectory`.
+
+    Scale: any finite data. The engine computes on ``X``, ``z`` rescaled by exact powers of two
+    (``W' = W·2^k`` carries the logits), so ``X·2^a``, ``z·2^b``, ``v·2^−a`` with ``W0·2^−(a+b)`` and
+    ``lr·2^−(a+b)`` (plain GD: ``lr·2^−2(a+b)``) gives exactly ``W_t·2^−(a+b)``. Raises
+    :class:`~attnsvm.NumericalError` naming the range when the largest entry of an iterate leaves
+    the normal range [2.2e-308, 1.8e308], when the logits would exceed ``1.8e308/(4d²)`` (the softmax
+    is one-hot far beyond float64), or when the token values ``vᵀx_it`` are not normal doubles.
+    Each step rounds to ``≲ eps`` normwise; the direction as :func:`attnsvm.grad.normalized_risk_grad`.
     """
     inst = _check_inst(inst)
     steps = check_steps(steps)
@@ -463,62 +613,80 @@ def run_gd(
             raise AttnSVMError(f"early_stop must be None or a finite tolerance ≥ 0; got {early_stop!r}")
     keep = keep_iterates or tol is not None
     rec_set = {int(s) for s in at}
-    X, Y, z, v = inst.X, inst.Y, inst.z, inst.v
+    sc = _rescale(inst)
+    _check_iterate(W, "W0")
     record: list[GDRecord] = []
     stop, saturated, t = "steps", False, 0
-
-    def grad_log10(G: Any) -> float:
-        return float(G.log_norm) / math.log(10.0)
 
     if normalized:
         cur = None
         for t in range(0, steps + 1):
             if t > 0:
                 try:
-                    gd = cur if cur is not None else normalized_risk_grad_of(X, Y, z, v, W, lo)
+                    gd = cur if cur is not None else _direction(sc, W, lo)
                 except NumericalError as exc:
                     raise NumericalError(f"normalized GD at step {t}: {exc}") from exc
-                W = W - lr * gd.direction
+                W = _check_iterate(W - lr * gd.direction, f"the iterate W_{t} of normalized GD")
                 cur = None
             if t in rec_set:
                 try:
-                    cur = normalized_risk_grad_of(X, Y, z, v, W, lo)
-                    lg = grad_log10(cur)
-                except NumericalError:
+                    cur = _direction(sc, W, lo)
+                    lg = cur.log_norm / math.log(10.0)
+                except NumericalError as exc:
+                    if not _is_stationary_error(exc):
+                        raise NumericalError(f"normalized GD at step {t}: {exc}") from exc
                     cur, lg = None, -math.inf
-                record.append(_make_record(inst, W, lo, t, ref, lg, keep))
+                record.append(_make_record(sc, W, lo, t, ref, lg, keep))
                 if tol is not None and _settled(record, tol) and t < steps:
                     stop = "settled"
                     break
     else:
+        lr_m, lr_e = math.frexp(lr)
         for t in range(0, steps + 1):
             if t > 0:
-                g = risk_grad_of(X, Y, z, v, W, lo)
-                gn = _fro(g)
-                if not math.isfinite(gn):
-                    raise NumericalError(f"plain GD at step {t}: the gradient is not finite; lower lr")
-                if not gn >= _TINY:
+                # ∇_W L = 2^k g' with g' = e^{log||g'||}·D the gradient of the rescaled problem at
+                # W' = W·2^k (data of order one), from the log-domain direction: its size is exact
+                # even where it leaves the normal range, and nothing here depends on the data's scale.
+                try:
+                    g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo)
+                except NumericalError as exc:
+                    if not _is_stationary_error(exc):
+                        raise NumericalError(f"plain GD at step {t}: {exc}") from exc
+                    stop, saturated = "stationary", True  # ∇L = 0, or below the rounding of its own sum
+                    t -= 1
+                    break
+                if g_dir.log_norm < LOG_FLOAT_TINY:
+                    # g' (the gradient up to the exact factor 2^k) is below the normal range: in
+                    # float64 the update would not be η∇L (a scale-free test: the same at every scale).
                     stop, saturated = "gradient underflow", True
                     t -= 1
                     break
+                if g_dir.log_norm > LOG_FLOAT_MAX:
+                    raise NumericalError(
+                        f"plain GD at step {t}: the gradient is not finite "
+                        f"(||∇L|| ≈ 2^{sc.k}·e^{g_dir.log_norm:.4g}); lower lr"
+                    )
+                # the step η·2^k·g' = (m·||g'||·D)·2^(e+k) with η = m·2^e, m ∈ [½, 1): the powers of
+                # two applied last (exact while normal, so the run is scale-equivariant)
                 with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
-                    Wn = W - lr * g
+                    Wn = W - np.ldexp((lr_m * math.exp(g_dir.log_norm)) * g_dir.direction, lr_e + sc.k)
                 if not np.all(np.isfinite(Wn)):
                     raise NumericalError(
-                        f"plain GD diverged at step {t}: W became non-finite (||∇L|| = {gn:.3g}); lower lr"
+                        f"plain GD diverged at step {t}: W became non-finite "
+                        f"(||∇L|| ≈ 2^{sc.k}·e^{g_dir.log_norm:.4g}); lower lr"
                     )
                 if np.array_equal(Wn, W):
                     stop, saturated = "stalled", True
                     t -= 1
                     break
-                W = Wn
+                W = _check_iterate(Wn, f"the iterate W_{t} of plain GD")
             if t in rec_set:
-                record.append(_make_record(inst, W, lo, t, ref, _log10_grad_norm(inst, W, lo), keep))
+                record.append(_make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), keep))
                 if tol is not None and _settled(record, tol) and t < steps:
                     stop = "settled"
                     break
         if saturated and (not record or record[-1].step != t):
-            record.append(_make_record(inst, W, lo, t, ref, _log10_grad_norm(inst, W, lo), keep))
+            record.append(_make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), keep))
     if not keep_iterates:
         record = [r._replace(W=None) for r in record]
     return GDTrajectory(
@@ -596,7 +764,13 @@ def _torch_device(device: Any) -> Any:
     return dev
 
 
-def _stack_instances(instances: Sequence[Instance]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+#: Data whose largest entries lie within 2^±_MODERATE need no rescaling in the batched engine.
+_MODERATE = 64
+
+
+def _stack_instances(instances: Sequence[Instance], *, rescale: bool = False) -> Any:
+    """``(X, Y, z, v)`` stacked; with ``rescale=True`` each instance as :func:`_rescale` gives it, and
+    the exponents ``k_b`` (``W'_b = W_b·2^k_b``) as a fifth array."""
     if isinstance(instances, Instance):
         raise AttnSVMError("run_gd_batch takes a sequence of instances; wrap a single one in a list")
     try:
@@ -617,6 +791,28 @@ def _stack_instances(instances: Sequence[Instance]) -> tuple[FloatArray, FloatAr
                 f"instances must share one shape (n, T, d) to be batched; instances[0] has {shape}, "
                 f"instances[{i}] has {it.shape}. Group instances by shape and call run_gd_batch per group."
             )
+    if rescale:
+        scs = [_rescale(it) for it in items]
+        if all(
+            abs(pow2_exponent(it.X)) <= _MODERATE and abs(pow2_exponent(it.z)) <= _MODERATE for it in items
+        ):
+            # moderate data (entries within 2^±64): the engine's own ranges suffice; no per-step
+            # rescaling of W (the throughput of the common case is unchanged)
+            X = np.stack([it.X for it in items])
+            return (
+                X,
+                np.stack([it.Y for it in items]),
+                np.stack([it.z for it in items]),
+                np.stack([it.v for it in items]),
+                np.zeros(len(items), dtype=np.int64),
+            )
+        return (
+            np.stack([c.X for c in scs]),
+            np.stack([c.Y for c in scs]),
+            np.stack([c.z for c in scs]),
+            np.stack([c.v for c in scs]),
+            np.array([c.k for c in scs], dtype=np.int64),
+        )
     X = np.stack([it.X for it in items])
     Y = np.stack([it.Y for it in items])
     z = np.stack([it.z for it in items])
@@ -974,11 +1170,16 @@ class _TorchBatch:
             wsc = torch.where(in_z, s_z.mul_(psi), wsc)
         wsc.mul_(fac)
         G = self._gradient_sum(wsc, Xt, zB, y)
+        # c is O(δ), the size of the token values: tiny values (≲ 1e-154) would underflow Σ G² to 0
+        # and read as a cancellation. Scale G by 2^−e with max|G| = m·2^e first (exact), and the
+        # rounding level with it; e = 0 where G = 0.
+        e = torch.frexp(G.abs().amax(dim=(1, 2))).exponent
+        G.mul_(torch.ldexp(torch.ones_like(top), -e).view(B, 1, 1))
         nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
         # below the rounding level of its own sum (scaled as G): noise, not a direction
-        cancelled = ~(nrm > self._rounding_level(wsc, xz))
+        cancelled = ~(nrm > torch.ldexp(self._rounding_level(wsc, xz), -e))
         D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (reported as cancelled)
-        return D, top + torch.log(nrm) - self.log_n, cancelled
+        return D, top + torch.log(nrm) + e.to(nrm.dtype) * math.log(2.0) - self.log_n, cancelled
 
     def _parts(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
         """``(G, inv, log_norm, cancelled)``: the direction of ``∇L(W_b)`` is ``G_b·inv_b`` (``G`` a reused buffer).
@@ -1059,7 +1260,9 @@ class _TorchBatch:
         if normalized:
             scale = inv.mul_(-lr)
         else:
-            scale = inv.mul_(self.torch.exp(log_norm).mul_(-lr))
+            # η·||∇L|| as one exponential (e^{log||∇L|| + log η}): neither factor alone may be a
+            # double when the data are far from unit scale (||∇L|| ~ 2^k), their product is
+            scale = inv.mul_(self.torch.exp(log_norm + math.log(lr)).neg_())
             zero = log_norm == -math.inf  # ∇L = 0 exactly: no step (its "direction" 0·∞ is NaN)
             if bool(zero.any()):
                 G[zero] = 0.0
@@ -1088,6 +1291,8 @@ def run_gd_batch(
     W0: ArrayLike | None = None,
     record_at: int | Sequence[int] | ArrayLike | None = None,
     reference: ArrayLike | None = None,
+    *,
+    fast_path: bool = True,
 ) -> BatchTrajectory:
     """Run GD on ``B`` equal-shaped instances at once, in one torch float64 computation.
 
@@ -1109,9 +1314,15 @@ def run_gd_batch(
       W0: initial matrices, shape ``(d, d)`` (shared) or ``(B, d, d)``; default zeros.
       record_at: as :func:`run_gd`.
       reference: reference directions, ``(d, d)`` or ``(B, d, d)``.
+      fast_path: ``False`` forces the log-domain path at every step (the two paths agree; this
+        is for testing and timing them separately).
 
     Returns:
       :class:`BatchTrajectory` (NumPy arrays; ``W`` has shape ``(B, d, d)``).
+
+    Scale: as :func:`run_gd` (each instance rescaled by its own powers of two; the same errors, per
+    instance, at record steps and where a step fails); agrees with :func:`run_gd` to ~1e-8 relative
+    (measured ≤ 1e-13) at every scale.
     """
     import torch
 
@@ -1119,7 +1330,7 @@ def run_gd_batch(
     lr = check_lr(lr)
     lo = get_loss(loss)
     dev = _torch_device(device)
-    X, Y, z, v = _stack_instances(instances)
+    X, Y, z, v, kb = _stack_instances(instances, rescale=True)
     B, n, T, d = X.shape
     W0a = _batch_matrices(W0, B, d, "W0")
     ref = _batch_matrices(reference, B, d, "reference")
@@ -1127,14 +1338,42 @@ def run_gd_batch(
         zero = np.flatnonzero(~np.any(ref.reshape(B, -1) != 0, axis=1))
         if zero.size:
             raise InvalidInstanceError(f"reference[{zero[0]}] is the zero matrix; it has no direction")
+    if W0a is not None:
+        for b in range(B):
+            _check_iterate(W0a[b], f"W0[{b}]")
     at = record_steps(record_at, steps)
     rec_set = {int(s) for s in at}
-    eng = _TorchBatch(X, Y, z, v, lo, dev)
+    # The engine runs on the rescaled data (see _Scaled): instance b's logits are x'ᵀ W'_b z' with
+    # W'_b = W_b·2^k_b. The iterate stays in the user's scale (W_b: representable whenever the answer
+    # is) and W' is formed from it before each step by exact powers of two (skipped when every k_b = 0).
+    eng = _TorchBatch(X, Y, z, v, lo, dev, fast=fast_path)
     W = (
         torch.zeros((B, d, d), dtype=torch.float64, device=dev)
         if W0a is None
         else torch.as_tensor(W0a, device=dev)
     )
+    k_shift = torch.as_tensor(kb * _LN2, dtype=torch.float64, device=dev)  # log of 2^k_b
+    factors = [torch.as_tensor(f, dtype=torch.float64, device=dev).view(B, 1, 1) for f in _pow2_factors(kb)]
+    Wp = torch.empty((B, d, d), dtype=torch.float64, device=dev) if factors else None
+    scales = [_rescale(it) for it in instances]  # the true data scale, for the logit-range check
+
+    def logit_scale(Wc: Any) -> Any:
+        if Wp is None:
+            return Wc
+        torch.mul(Wc, factors[0], out=Wp)
+        for f in factors[1:]:
+            Wp.mul_(f)
+        return Wp
+
+    def check_logits(Wc: Any, t: int) -> None:
+        # the contract's error for logits out of range (else a NaN would read as a cancellation)
+        Wn_ = Wc.cpu().numpy()
+        for b in range(B):
+            try:
+                _to_logit_scale(scales[b], Wn_[b], f"W_{t}")
+            except NumericalError as exc:
+                raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
+
     sat = torch.full((B,), -1, dtype=torch.int64, device=dev)
     log_tiny = math.log(_TINY)
     rec: dict[str, list[Any]] = {k: [] for k in ("steps", "norms", "risks", "tokens", "lg", "corrs", "gaps")}
@@ -1144,6 +1383,7 @@ def run_gd_batch(
         # (plain GD takes no step at a zero gradient and reports it in saturated_at instead)
         bad = ~torch.isfinite(log_norm) if normalized else torch.isnan(log_norm) | (log_norm == math.inf)
         if bool(bad.any()):
+            check_logits(W, t)
             i = int(torch.nonzero(bad)[0])
             raise NumericalError(
                 f"instance {i}: the risk gradient is exactly zero or not finite at or before step {t} "
@@ -1153,21 +1393,27 @@ def run_gd_batch(
     W = W.clone()  # the iterate, updated in place (W0 stays untouched)
     for t in range(0, steps + 1):
         if t < steps or t in rec_set:
-            parts = eng.gradient(W)  # at W_t: direction G·inv, log||∇L(W_t)||
-            log_norm = parts[2]
+            parts = eng.gradient(logit_scale(W))  # at W_t: direction G·inv, log||∇_{W'} L(W'_t)||
+            log_norm1 = parts[2]  # of the rescaled problem: scale-free (saturation test)
+            log_norm = log_norm1 + k_shift  # log||∇L(W_t)|| = log||∇_{W'}L|| + k log 2
             cancelled = parts[3]
             if normalized and cancelled is not None and bool(cancelled.any()):
+                check_logits(W, t)
                 i = int(torch.nonzero(cancelled)[0])
                 raise NumericalError(f"normalized GD at step {t}: instance {i}: {CANCELLED_MESSAGE}")
         if t in rec_set:
             if not bool(torch.isfinite(W).all()):  # first: a diverged W also makes the gradient non-finite
+                check_logits(W, t)
                 raise NumericalError(f"plain GD diverged by step {t}: W became non-finite; lower lr")
             check(t, log_norm)
-            logits, _ = eng.log_s(W)
+            check_logits(W, t)  # the logit bound of run_gd, at every record (the last step included)
             Wn = W.cpu().numpy().copy()
+            for b in range(B):
+                _check_iterate(Wn[b], f"the iterate W_{t} of instance {b}")
+            logits, _ = eng.log_s(logit_scale(W))
             rec["steps"].append(t)
-            rec["norms"].append(np.linalg.norm(Wn.reshape(B, -1), axis=1))
-            risk = eng.risk(W)
+            rec["norms"].append(np.array([_fro(Wn[b]) for b in range(B)]))
+            risk = eng.risk(logit_scale(W))
             if not bool(torch.isfinite(risk).all()):
                 raise NumericalError(f"the risk is not finite at step {t}; check the loss")
             rec["risks"].append(risk.cpu().numpy())
@@ -1183,9 +1429,11 @@ def run_gd_batch(
                 )
         if t < steps:
             if not normalized:
-                newly = (log_norm < log_tiny) & (sat < 0)
+                # scale-free, as run_gd: the rescaled problem's gradient left the normal range
+                newly = (log_norm1 < log_tiny) & (sat < 0)
                 sat = torch.where(newly, torch.full_like(sat, t + 1), sat)
-            eng.update_(W, parts, lr, normalized)  # W_{t+1}; recording (above) does not touch G
+            # W_{t+1} in the user's scale (∇_W L = 2^k ∇_{W'} L); recording (above) does not touch G
+            eng.update_(W, (parts[0], parts[1], log_norm), lr, normalized)
     return BatchTrajectory(
         W=W.cpu().numpy(),
         steps=np.array(rec["steps"], dtype=np.int64),
@@ -1266,7 +1514,7 @@ _FLAT_RTOL = 4 * float(np.finfo(np.float64).eps)
 
 
 def _project(W: FloatArray, R: float) -> FloatArray:
-    nrm = float(np.linalg.norm(W))
+    nrm = _fro(W)  # scaled: ||W|| of entries ~1e±200 neither overflows nor underflows
     return W * (R / nrm) if nrm > R else W
 
 
@@ -1306,7 +1554,7 @@ def projected_path(
     """
 
     def residual(xc: FloatArray, R: float, dc: FloatArray) -> float:
-        nrm = float(np.linalg.norm(xc))
+        nrm = _fro(xc)
         if nrm < R * (1 - 1e-12) or nrm == 0:
             return math.inf  # interior, non-stationary (∇L ≠ 0): keep moving
         return float(np.linalg.norm(dc + xc / nrm))
@@ -1314,7 +1562,7 @@ def projected_path(
     x = x0
     out: list[PathStep] = []
     for R in (float(r) for r in radii):
-        nrm0 = float(np.linalg.norm(x))
+        nrm0 = _fro(x)
         # Warm start *on the new sphere* (the previous point rescaled): the constrained minimiser
         # lies on the sphere (∇L ≠ 0), and a start inside the ball has an infinite residual, so
         # its first step would be accepted unchecked and could jump to another basin.
@@ -1382,6 +1630,10 @@ def regularization_path(
 
     Returns:
       :class:`RegularizationPath`.
+
+    Scale: as :func:`run_gd`: radii ``R·2^−(a+b)`` on ``X·2^a``, ``z·2^b``, ``v·2^−a`` give exactly
+    ``W_R·2^−(a+b)``; the largest radius must keep the logits below ``1.8e308/(4d²)`` and the
+    smallest must be a normal double (else :class:`~attnsvm.NumericalError`, before any work).
     """
     inst = _check_inst(inst)
     R_all = as_real_array(radii, "radii", ndim=1)
@@ -1397,13 +1649,21 @@ def regularization_path(
         raise AttnSVMError(f"tol must be a finite number ≥ 0; got {tol!r}")
     lo = get_loss(loss)
     ref = _check_reference(inst, reference)
-    W = _initial_W(inst, W0)
-    X, Y, z, v = inst.X, inst.Y, inst.z, inst.v
+    W = _check_iterate(_initial_W(inst, W0), "W0")
+    sc = _rescale(inst)
+    # The path stays in the user's scale (radii, W); risk and direction come from the rescaled
+    # data at W' = W·2^k (see _Scaled), so neither overflows nor underflows with the data's scale.
+    # The largest radius must keep the logits finite: checked before any work.
+    _to_logit_scale(sc, np.full((1, 1), float(R_all[-1])), "W (||W||_F = the largest radius)")
+    if float(R_all[0]) < FLOAT_TINY:
+        raise range_error(
+            "the smallest radius", math.log(float(R_all[0])), remedy="Radii must be normal doubles"
+        )
     steps = projected_path(
         W,
         R_all,
-        lambda Wc: risk_of(X, Y, z, v, Wc, lo),
-        lambda Wc: normalized_risk_grad_of(X, Y, z, v, Wc, lo),
+        lambda Wc: risk_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, Wc), lo),
+        lambda Wc: _direction(sc, Wc, lo),
         max_steps,
         lr,
         tol,
@@ -1411,7 +1671,7 @@ def regularization_path(
     path = RegularizationPath()
     for st in steps:
         W = st.x
-        nrm = float(np.linalg.norm(W))
+        nrm = _fro(W)
         on_sphere = nrm >= st.radius * (1 - 1e-12)
         path.points.append(
             PathPoint(
@@ -1419,7 +1679,7 @@ def regularization_path(
                 W=W,
                 norm=nrm,
                 risk=st.risk,
-                tokens=np.argmax(logits_of(X, z, W), axis=1).astype(np.intp),
+                tokens=np.argmax(logits_of(sc.X, sc.z, _to_logit_scale(sc, W)), axis=1).astype(np.intp),
                 corr=direction_corr(W, ref) if ref is not None else math.nan,
                 gap=direction_gap(W, ref) if ref is not None else math.nan,
                 kkt_residual=st.residual if on_sphere else math.nan,
@@ -1443,6 +1703,16 @@ class KQTrajectory(GDTrajectory):
     K: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     Q: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     nuclear_norms: FloatArray = field(default_factory=lambda: np.zeros(0))
+
+
+def _nuclear(W: FloatArray) -> float:
+    """``||W||_*`` from ``W`` scaled by a power of two (the SVD squares nothing, but its iteration does
+    not like entries near the ends of the range)."""
+    e = pow2_exponent(W)
+    s = float(np.sum(np.linalg.svd(ldexp_scale(W, e), compute_uv=False)))
+    if s > 0 and math.log(s) + e * _LN2 > LOG_FLOAT_MAX:
+        raise range_error("the nuclear norm ||W||_*", math.log(s) + e * _LN2)
+    return float(np.ldexp(s, e))
 
 
 def _check_factor(F: ArrayLike, d: int, m: int, name: str) -> FloatArray:
@@ -1493,6 +1763,11 @@ def run_gd_kq(
 
     Returns:
       :class:`KQTrajectory`.
+
+    Scale: as :func:`run_gd`, with ``K0``, ``Q0`` scaled by ``2^−(a+b)/2`` each and ``lr`` by
+    ``2^−(a+b)/2`` (normalized): the factors scale exactly. ``W = KQᵀ`` is formed from the
+    factors scaled to order one; raises :class:`~attnsvm.NumericalError` when its largest entry
+    (or the nuclear norm) is not a normal double, or the logits overflow as in :func:`run_gd`.
     """
     inst = _check_inst(inst)
     steps = check_steps(steps)
@@ -1510,20 +1785,49 @@ def run_gd_kq(
     Q = _check_factor(Q0, d, m, "Q0") if Q0 is not None else scale * rng.standard_normal((d, m))
     at = record_steps(record_at, steps)
     rec_set = {int(s) for s in at}
-    X, Y, z, v = inst.X, inst.Y, inst.z, inst.v
+    sc = _rescale(inst)
+    lr_m, lr_e = math.frexp(lr)
     record: list[GDRecord] = []
     nuc: list[float] = []
     stop, saturated, t = "steps", False, 0
+
+    def product(t: int) -> tuple[FloatArray, FloatArray]:
+        # W = K Qᵀ and W' = W·2^k from the factors scaled to order one (K = K̃·2^eK, Q = Q̃·2^eQ,
+        # exact): K Qᵀ itself may overflow or underflow where W' (the logits) is fine, and vice versa.
+        eK, eQ = pow2_exponent(K), pow2_exponent(Q)
+        Wn = ldexp_scale(K, eK) @ ldexp_scale(Q, eQ).T
+        m = float(np.max(np.abs(Wn)))
+        if m > 0:
+            log_m = math.log(m) + (eK + eQ) * _LN2
+            if not (LOG_FLOAT_TINY <= log_m <= LOG_FLOAT_MAX):
+                raise range_error(f"W_{t} = K Qᵀ (largest entry)", log_m, remedy="Rescale K0, Q0 or lr")
+            _to_logit_scale(sc, np.full((1, 1), m), f"W_{t}")  # raises before ldexp could overflow
+        return np.ldexp(Wn, eK + eQ), np.ldexp(Wn, eK + eQ + sc.k)
+
+    def joint_norm(gK: FloatArray, gQ: FloatArray) -> float:
+        # ||(gK, gQ)||_F scaled by the largest entry (no overflow/underflow of the squares)
+        m = max(float(np.max(np.abs(gK))), float(np.max(np.abs(gQ))))
+        if not (m > 0 and math.isfinite(m)):
+            return m
+        return m * math.sqrt(float(np.sum((gK / m) ** 2) + np.sum((gQ / m) ** 2)))
+
     for t in range(0, steps + 1):
         if t > 0:
-            W = K @ Q.T
+            _, Wp = product(t - 1)
+            try:
+                g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Wp, lo)
+            except NumericalError as exc:
+                if normalized or not _is_stationary_error(exc):
+                    raise NumericalError(
+                        f"{'normalized' if normalized else 'plain'} (K, Q) GD at step {t}: {exc}"
+                    ) from exc
+                stop, saturated = "stationary", True
+                t -= 1
+                break
+            D = g_dir.direction  # ∇L(W) = 2^k e^{log||g'||} D
+            gK, gQ = D @ Q, D.T @ K
             if normalized:
-                try:
-                    D = normalized_risk_grad_of(X, Y, z, v, W, lo).direction
-                except NumericalError as exc:
-                    raise NumericalError(f"normalized (K, Q) GD at step {t}: {exc}") from exc
-                gK, gQ = D @ Q, D.T @ K
-                jn = math.sqrt(float(np.sum(gK * gK) + np.sum(gQ * gQ)))
+                jn = joint_norm(gK, gQ)
                 if not jn > 0:
                     raise NumericalError(
                         f"normalized (K, Q) GD at step {t}: ∇L(W) Q and ∇L(W)ᵀ K are both zero "
@@ -1531,18 +1835,17 @@ def run_gd_kq(
                     )
                 K, Q = K - (lr / jn) * gK, Q - (lr / jn) * gQ
             else:
-                g = risk_grad_of(X, Y, z, v, W, lo)
-                with np.errstate(over="ignore", invalid="ignore"):  # non-finite results raise below
-                    gK, gQ = g @ Q, g.T @ K
-                    jn = math.sqrt(float(np.sum(gK * gK) + np.sum(gQ * gQ)))
-                if not math.isfinite(jn):
-                    raise NumericalError(f"plain (K, Q) GD at step {t}: the gradient is not finite; lower lr")
-                if not jn >= _TINY:
+                if g_dir.log_norm < LOG_FLOAT_TINY:  # scale-free, as run_gd
                     stop, saturated = "gradient underflow", True
                     t -= 1
                     break
+                if g_dir.log_norm > LOG_FLOAT_MAX:
+                    raise NumericalError(f"plain (K, Q) GD at step {t}: the gradient is not finite; lower lr")
+                # η ∇L(W) Q = ((m e^{log||g'||}) D Q)·2^(e+k) with η = m·2^e: powers of two applied last
+                c = lr_m * math.exp(g_dir.log_norm)
                 with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
-                    Kn, Qn = K - lr * gK, Q - lr * gQ
+                    Kn = K - np.ldexp(c * gK, lr_e + sc.k)
+                    Qn = Q - np.ldexp(c * gQ, lr_e + sc.k)
                 if not (np.all(np.isfinite(Kn)) and np.all(np.isfinite(Qn))):
                     raise NumericalError(
                         f"plain (K, Q) GD diverged at step {t}: factors became non-finite; lower lr"
@@ -1553,13 +1856,13 @@ def run_gd_kq(
                     break
                 K, Q = Kn, Qn
         if t in rec_set:
-            W = K @ Q.T
-            record.append(_make_record(inst, W, lo, t, ref, _log10_grad_norm(inst, W, lo), False))
-            nuc.append(float(np.sum(np.linalg.svd(W, compute_uv=False))))
-    W = K @ Q.T
+            W, _ = product(t)
+            record.append(_make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), False))
+            nuc.append(_nuclear(W))
+    W, _ = product(t)
     if saturated and (not record or record[-1].step != t):
-        record.append(_make_record(inst, W, lo, t, ref, _log10_grad_norm(inst, W, lo), False))
-        nuc.append(float(np.sum(np.linalg.svd(W, compute_uv=False))))
+        record.append(_make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), False))
+        nuc.append(_nuclear(W))
     return KQTrajectory(
         W=W,
         record=record,
