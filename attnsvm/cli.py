@@ -231,7 +231,7 @@ def cmd_gd(args: argparse.Namespace) -> int:
         "normalized": not args.plain,
         "loss": args.loss,
         "W": W.tolist(),
-        "norm_fro": float(np.linalg.norm(W)),
+        "norm_fro": _scaled_norms(W)[0],  # no overflow from squaring entries above 1e154
         "final_tokens": np.asarray(traj.final_tokens).tolist(),
         "record": [
             {

@@ -416,3 +416,22 @@ def test_every_error_path_in_process(data: dict[str, Path], capsys: pytest.Captu
         assert len(errors) == 1 and "Traceback" not in err, (name, err)
         assert all(f in errors[0] for f in fragments), (name, errors[0])
         assert out == "", name
+
+
+def test_gd_norm_of_a_huge_iterate_does_not_overflow(tmp_path: Path) -> None:
+    """``norm_fro`` of an iterate with entries ~2^730 (squares overflow): the oracle is equivariance,
+    X and z scaled by 2^-365 and v by 2^365 (token values unchanged) make the iterates exactly 2^730
+    times the unit-scale ones (scale contract, GD engines), so the norm is 2^730 times the unit-scale norm."""
+    from attnsvm.cli import main
+
+    inst = good_instance()
+    path = tmp_path / "tiny.npz"
+    np.savez(path, X=np.ldexp(inst.X, -365), Y=inst.Y, v=np.ldexp(inst.v, 365), z=np.ldexp(inst.z, -365))
+    out = tmp_path / "gd.json"
+    assert (
+        main(["gd", str(path), "--steps", "20", "--lr", repr(float(np.ldexp(0.1, 730))), "--out", str(out)])
+        == 0
+    )
+    doc = json.loads(out.read_text())
+    ref = A.run_gd(inst, steps=20, lr=0.1)
+    assert doc["norm_fro"] == np.ldexp(float(np.linalg.norm(ref.W)), 730)
