@@ -729,22 +729,122 @@ def _ob_centring(T: int) -> list[Obligation]:
     return [_zero(res, "a_t − Σ_u s_u a_u − Σ_u s_u (a_t − a_u), Σ s = 1")]
 
 
+#: Digits of the mpmath oracle of :func:`_ck_centring` (float64 inputs are exact at 40 digits
+#: for the products used; every exp/log adds 1e-40 relative, far below EVAL_TOL).
+_CENTRING_DPS = 40
+#: Saturated points of :func:`_ck_centring` (one sequence): ``W`` is scaled so that the top logit
+#: leads the runner-up by 40 (runner-up weight ~e^{−40}: the textbook ``a_t − f`` keeps ~0 of its
+#: digits for the top token there, while every term of the centred form stays exact), among draws
+#: whose scaled logits stay within ``±_CENTRING_MAX_LOGIT``.
+_CENTRING_GAP = 40.0
+_CENTRING_MAX_LOGIT = 200.0
+
+
 def _ck_centring(rng: np.random.Generator) -> list[tuple[str, float, float]]:
-    T = 3
-    s, a = _col("s", T), _col("a", T)
-    form = sp.Matrix([sum((s[u] * (a[t] - a[u]) for u in range(T)), sp.Integer(0)) for t in range(T)])
-    f = _lamb([s, a], form)
-    inst, W = _instance(rng, 3, T, 2)
-    S, A, F = _att.attention(inst, W), inst.values(), _att.output(inst, W)
-    ref = np.stack([f(S[i], A[i]).ravel() for i in range(inst.n)])
-    return [
-        ("Σ_u s_iu(a_it − a_iu) vs attnsvm a − output", _rel(A - F[:, None], ref), EVAL_TOL),
+    """The proved centred form, evaluated by an independent oracle, against ``attnsvm.risk_grad``.
+
+    Oracle: the right side ``Σ_u s_u (a_t − a_u)`` of the proved identity, lambdified to mpmath
+    and evaluated at ``_CENTRING_DPS`` digits with the softmax weights, token values and loss
+    derivative computed in mpmath from the exact float64 inputs, assembled into
+    ``∇L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it c_it x_it z_iᵀ``. (The left side ``a_t − Σ_u s_u a_u``
+    is evaluated the same way against ``risk_grad_textbook`` at moderate ``W``.) Error measure:
+    ``max_kj |G − G*| / M_kj``, ``M_kj = Σ_it |ℓ'_i| s_it m_it |x_itk z_ij| / n`` the sum of the terms'
+    magnitudes (``m_it = Σ_(u≠t) s_iu (|a_it − a_iu| + |a_it| + |a_iu|)``, which carries the rounding
+    of the values; the textbook form's ``m_it = |a_it| + Σ_u s_iu |a_iu|``). Each float64 term is
+    within ~(10 + 4d·max|l|)·eps of exact relative to ``M``: ≤ 330 eps at ``|l| ≤ 80``, so
+    ``EVAL_TOL`` = 4096 eps holds at saturation, where the textbook form misses it by ~10¹².
+    """
+    import mpmath
+
+    T, d = 3, 2
+    s_sym, a_sym = _col("s", T), _col("a", T)
+    right = sp.lambdify(
+        [*s_sym, *a_sym],
+        [sum((s_sym[u] * (a_sym[t] - a_sym[u]) for u in range(T)), sp.Integer(0)) for t in range(T)],
+        modules="mpmath",
+    )
+    left = sp.lambdify(
+        [*s_sym, *a_sym],
+        [a_sym[t] - sum((s_sym[u] * a_sym[u] for u in range(T)), sp.Integer(0)) for t in range(T)],
+        modules="mpmath",
+    )
+
+    def oracle(inst: Instance, W: np.ndarray, textbook: bool) -> tuple[np.ndarray, np.ndarray]:
+        n = inst.n
+        with mpmath.workdps(_CENTRING_DPS):
+            mpf = mpmath.mpf
+            G = [[mpf(0)] * d for _ in range(d)]
+            M = [[mpf(0)] * d for _ in range(d)]
+            for i in range(n):
+                x = [[mpf(float(c)) for c in inst.X[i, t]] for t in range(T)]
+                z = [mpf(float(c)) for c in inst.z[i]]
+                v = [mpf(float(c)) for c in inst.v]
+                lg = [
+                    mpmath.fsum(x[t][k] * mpf(float(W[k, j])) * z[j] for k in range(d) for j in range(d))
+                    for t in range(T)
+                ]
+                a = [mpmath.fsum(x[t][k] * v[k] for k in range(d)) for t in range(T)]
+                top = max(lg)
+                e = [mpmath.exp(li - top) for li in lg]
+                s = [ei / mpmath.fsum(e) for ei in e]
+                f = mpmath.fsum(s[t] * a[t] for t in range(T))
+                u = mpf(float(inst.Y[i])) * f
+                dl = -1 / (1 + mpmath.exp(u))  # logistic ℓ'(u)
+                c = (left if textbook else right)(*s, *a)
+                for t in range(T):
+                    if textbook:
+                        m = abs(a[t]) + mpmath.fsum(s[w] * abs(a[w]) for w in range(T))
+                    else:
+                        # u = t adds exactly 0 (a_t − a_t = 0 with no rounding): left out.
+                        m = mpmath.fsum(
+                            s[w] * (abs(a[t] - a[w]) + abs(a[t]) + abs(a[w])) for w in range(T) if w != t
+                        )
+                    wt = dl * mpf(float(inst.Y[i])) * s[t] * c[t] / n
+                    mt = abs(dl) * s[t] * m / n
+                    for k in range(d):
+                        for j in range(d):
+                            G[k][j] += wt * x[t][k] * z[j]
+                            M[k][j] += mt * abs(x[t][k] * z[j])
+            return (
+                np.array([[float(g) for g in row] for row in G]),
+                np.array([[float(m) for m in row] for row in M]),
+            )
+
+    def err(code: np.ndarray, ref: np.ndarray, mag: np.ndarray) -> float:
+        if not np.all(np.isfinite(code)):
+            return float("inf")
+        return float(np.max(np.abs(code - ref) / np.where(mag > 0, mag, 1.0)))
+
+    def saturated() -> tuple[Instance, np.ndarray]:
+        while True:  # a few rng draws: most have a top-two gap ≥ 40·max|l| / _CENTRING_MAX_LOGIT
+            inst, W = _instance(rng, 1, T, d)
+            lg = np.sort(_att.logits(inst, W)[0])
+            gap = float(lg[-1] - lg[-2])
+            c = _CENTRING_GAP / gap if gap > 0 else np.inf
+            if c * float(np.max(np.abs(lg))) <= _CENTRING_MAX_LOGIT:
+                return inst, c * W
+
+    out = []
+    for where in ("moderate W, n = 3", "moderate W, n = 3", "saturated W, n = 1", "saturated W, n = 1"):
+        inst, W = _instance(rng, 3, T, d) if where.startswith("moderate") else saturated()
+        G, M = oracle(inst, W, textbook=False)
+        out.append(
+            (
+                f"Σ_u s_iu(a_it − a_iu) (mpmath) vs attnsvm.risk_grad, {where}",
+                err(_grad.risk_grad(inst, W), G, M),
+                EVAL_TOL,
+            )
+        )
+    inst, W = _instance(rng, 3, T, d)
+    G, M = oracle(inst, W, textbook=True)
+    out.append(
         (
-            "attnsvm.risk_grad vs risk_grad_textbook (same gradient)",
-            _rel(_grad.risk_grad(inst, W), _grad.risk_grad_textbook(inst, W)),
+            "a_it − Σ_u s_iu a_iu (mpmath) vs attnsvm.risk_grad_textbook, moderate W",
+            err(_grad.risk_grad_textbook(inst, W), G, M),
             EVAL_TOL,
-        ),
-    ]
+        )
+    )
+    return out
 
 
 def _ob_gershgorin(T: int) -> list[Obligation]:

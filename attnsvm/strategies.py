@@ -3,14 +3,27 @@
 Users import these to property-test their own attention code against attnsvm, and the
 ``properties/`` suites of this package are built on them. Every strategy *constructs* valid
 data (no ``assume``, no filtering), keeps sizes small so that properties run fast, and draws
-only finite float64 values of bounded magnitude.
+only finite float64 values of bounded magnitude. Every value comes from a Hypothesis draw (no
+seeded generator), so a failure shrinks and a property can steer the draw
+(``hypothesis.target``).
+
+Shrinkable Gaussian values. A standard normal entry is ``g = Φ⁻¹(frac(½ + h(k)·2⁻⁶⁴))``
+(``Φ⁻¹`` = :func:`scipy.special.ndtri`, ``h`` the SplitMix64 finaliser shifted so that
+``h(0) = 0``) for a Hypothesis integer ``k ≥ 0``: ``h`` scatters even the small ``k`` that
+Hypothesis favours, so ``g`` is standard normal; ``k = 0`` gives ``g = 0``. The ``k`` of one array are distinct
+by construction (see :func:`gaussian_arrays`), so no two entries are equal by accident: the
+Gaussian families stay *generic* (no ties, no repeated tokens), ties are made on purpose with
+the options below, and failures shrink to a fixed reference array (first entry 0).
 
 Instances:
 
 * :func:`instances` — general data: ``"gaussian"`` (standard normal, clipped to ``±bound``),
   ``"unit"`` (Gaussian rows scaled to unit length) or ``"uniform"`` (Hypothesis floats in
   ``[−bound, bound]``, which shrink to simple values and include zeros, repeats and exact ties);
-  self-attention (``z = first token``) or cross-attention (``z`` given).
+  self-attention (``z = first token``) or cross-attention (``z`` given). Hard cases on purpose:
+  ``duplicates=True`` copies tokens exactly (equal logits and equal values in a sequence),
+  ``near_parallel=True`` sets ``x_iu = x_it + δ·e`` with ``log10 δ`` drawn in ``[−15, −1]``
+  (``e`` a unit basis vector); both shrink to "no tie".
 * :func:`feasible_instances` — instances *constructed* so that every Att-SVM(α) is feasible
   and the optimal token of every sequence is unique with a score gap of at least ``min_gap``.
 
@@ -24,7 +37,9 @@ Instances:
   conditioned at the price of ``d ≥ T + 1`` for cross-attention and ``d ≥ n + T`` for
   self-attention.)
 
-  Construction. Draw a random orthonormal basis ``e_0, …, e_{d−1}``; ``v = c e_0``. Token
+  Construction. An orthonormal basis ``e_0, …, e_{d−1}`` is the ``Q`` of a QR factorisation
+  of a Hypothesis-drawn Gaussian matrix (Householder QR returns an orthogonal ``Q`` for any
+  matrix, so the guarantee does not depend on the draw); ``v = c e_0``. Token
   ``x_it = g_it e_0 + r_it p_it + m_i``: ``g_it`` sets the score ``γ_it = Y_i c g_it``
   exactly (so the top score leads the second by ``gap ≥ min_gap``), ``p_it`` are
   orthonormal and orthogonal to ``e_0`` (so the differences are independent, with singular
@@ -37,12 +52,21 @@ Instances:
   score: the global-convergence condition of Tarzanagh et al. (arXiv 2308.16898), under
   which GD selects the optimal tokens.
 
+Shapes: :func:`shapes` with ``generic_feasible=True`` keeps ``d ≥ max(n, T − 1)``;
+``below_n=True`` drops the ``d ≥ n`` part, so ``d < n`` — where Att-SVM(α) can be infeasible
+for generic data — is drawn too (for properties that assert the claim's true condition there).
+
 Token choices and weights:
 
 * :func:`token_choices` — one token index per sequence.
 * :func:`directions`, :func:`weight_matrices` — ``W = scale · U`` with ``||U||_F = 1`` and a
-  log-uniform scale, from moderate (``||W|| ~ 1``) to saturated (softmax weights within
-  ``e^{−100}`` of one-hot).
+  log-uniform scale, from moderate (``||W|| ~ 1``) to saturated.
+* :func:`saturated_weights` — saturation stated in the quantity that matters: the
+  *runner-up* attention weight. ``W = c·U`` with ``c`` solved so that, in the sequence
+  whose top two logits of ``U`` are furthest apart, the largest non-top weight is the drawn
+  value ``ρ`` (log-uniform, e.g. ``runner_up=(1e-300, 1e-1)``, or ``log_runner_up=(−1e5, −2)``
+  for weights far below the float64 range); it shrinks towards the moderate end.
+  :func:`instances_and_weights` takes the same ``runner_up``/``log_runner_up`` options.
 
 Example::
 
@@ -51,24 +75,27 @@ Example::
     import attnsvm as A
     from attnsvm import strategies as S
 
-    @given(S.instances_and_weights(scale=(1e-2, 1e3)))
+    @given(S.instances_and_weights(runner_up=(1e-200, 1e-1)))
     def test_softmax_rows_sum_to_one(pair):
         inst, W = pair
         s = A.attention(inst, W)
         assert np.abs(s.sum(axis=1) - 1).max() <= 1e-12
 
 References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596; Tarzanagh, Li, Thrampoulidis,
-Oymak, arXiv 2308.16898 (Att-SVM, feasibility, global-convergence condition).
+Oymak, arXiv 2308.16898 (Att-SVM, feasibility, global-convergence condition); Steele, Lea, Flood,
+OOPSLA 2014 (SplitMix64); Weyl (1916), equidistribution of ``k·φ mod 1`` (:func:`_unit_interval`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from numpy.typing import NDArray
+from scipy.special import ndtri
 
 from .errors import InvalidInstanceError, unknown_name
 from .instance import Instance
@@ -78,6 +105,7 @@ __all__ = [
     "ATTENTION_KINDS",
     "bounded_floats",
     "seeds",
+    "gaussian_arrays",
     "shapes",
     "instances",
     "feasible_instances",
@@ -85,6 +113,8 @@ __all__ = [
     "instances_and_alphas",
     "directions",
     "weight_matrices",
+    "saturated_weights",
+    "log_runner_up_weight",
     "instances_and_weights",
     "ScaledInstance",
     "exponent_range",
@@ -98,6 +128,14 @@ FloatArray = NDArray[np.float64]
 INSTANCE_FAMILIES = ("gaussian", "unit", "uniform")
 #: Values of the ``attention`` argument: queries from the first token, given queries, or either.
 ATTENTION_KINDS = ("self", "cross", "either")
+#: Golden-ratio conjugate: ``frac(½ + k·φ)`` is equidistributed in ``[0, 1)`` (Weyl).
+_PHI = (math.sqrt(5.0) - 1.0) / 2.0
+#: Range of the integers behind a Gaussian entry.
+_K_MAX = 2**31 - 1
+#: Smallest ``log10 δ`` of a near-parallel pair (δ = 1e-15 is ~7 ulps of a unit entry).
+NEAR_PARALLEL_LOG10 = (-15.0, -1.0)
+#: :func:`saturated_weights` keeps every logit magnitude ``Σ_kj |x_k W_kj z_j|`` below this.
+LOGIT_CAP = 1e300
 
 _SizeRange = tuple[int, int]
 
@@ -119,8 +157,57 @@ def bounded_floats(bound: float = 4.0) -> st.SearchStrategy[float]:
 
 
 def seeds() -> st.SearchStrategy[int]:
-    """Seeds for ``numpy.random.default_rng``; they shrink towards 0."""
+    """Seeds for ``numpy.random.default_rng``; they shrink towards 0.
+
+    Kept for users' own properties; the strategies of this module no longer use a seeded
+    generator (see :func:`gaussian_arrays`).
+    """
     return st.integers(min_value=0, max_value=2**32 - 1)
+
+
+def _mix(k: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64-bit integers."""
+    with np.errstate(over="ignore"):
+        z = k + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def _gauss_of(k: Any) -> FloatArray:
+    """``Φ⁻¹(u(k))``, ``u(k) = frac(½ + h(k)·2⁻⁶⁴)`` with ``h(k) = mix(k) ⊕ mix(0)`` (a bijection, ``h(0) = 0``).
+
+    Distinct ``k`` give distinct, pseudo-random ``u`` (no lattice structure among neighbouring
+    ``k``), so the result is standard normal; ``k = 0`` gives exactly 0.
+    """
+    kk = np.asarray(k, dtype=np.uint64)
+    h = _mix(kk) ^ _mix(np.zeros_like(kk))
+    u = np.mod(0.5 + (h >> np.uint64(11)).astype(np.float64) * 2.0**-53, 1.0)
+    with np.errstate(divide="ignore"):
+        return np.asarray(ndtri(u), dtype=np.float64)  # u = 0 → −inf, clipped by the caller
+
+
+def _unit_interval(draw: Any) -> float:
+    """An equidistributed draw in ``[0, 1)``, ``frac(k·φ)``, shrinking to 0 (``k = 0``).
+
+    (Hypothesis floats in ``[0, 1]`` put much of their mass on the end points.)
+    """
+    return float(np.mod(_PHI * float(draw(st.integers(0, _K_MAX))), 1.0))
+
+
+@st.composite
+def gaussian_arrays(draw: Any, shape: tuple[int, ...], bound: float = 8.0) -> FloatArray:
+    """A standard-normal array of ``shape`` (clipped to ``±bound``) from Hypothesis integers.
+
+    Entry ``e`` (C order, ``N`` entries) is ``Φ⁻¹(frac(½ + k_e·φ))`` with ``k_e = e + N·m_e`` and
+    ``m_e ≥ 0`` a Hypothesis integer: the ``k_e`` are distinct by construction (distinct residues
+    mod ``N``), so no two entries are equal (except through the clip) and nothing is filtered;
+    failures shrink to ``m = 0``, the fixed reference array ``k_e = e`` (its first entry 0).
+    """
+    size = int(np.prod(shape, dtype=np.int64))
+    m = draw(st.lists(st.integers(0, _K_MAX // max(size, 1)), min_size=size, max_size=size))
+    k = np.arange(size, dtype=np.uint64) + np.uint64(size) * np.array(m, dtype=np.uint64)
+    return np.clip(_gauss_of(k), -bound, bound).reshape(shape)
 
 
 @st.composite
@@ -130,12 +217,17 @@ def shapes(
     T: _SizeRange = (2, 4),
     d: _SizeRange = (1, 5),
     generic_feasible: bool = False,
+    *,
+    below_n: bool = False,
 ) -> tuple[int, int, int]:
     """A shape ``(n, T, d)`` with sizes in the given inclusive ranges.
 
     ``generic_feasible=True`` raises ``d`` to at least ``max(n, T − 1)``, the size at which
     generic data makes every Att-SVM(α) feasible (the upper bound of ``d`` is raised too
-    when needed).
+    when needed). With ``below_n=True`` it raises ``d`` only to ``T − 1`` (affinely
+    independent tokens), so ``d < n`` is drawn too: there the queries are dependent and
+    Att-SVM(α) may be infeasible, and a property must assert the claim's true condition
+    (feasibility decided by the solver) rather than assume it.
     """
     n_lo, n_hi = _check_range("n", n, 1)
     T_lo, T_hi = _check_range("T", T, 2)
@@ -143,7 +235,7 @@ def shapes(
     nn = draw(st.integers(n_lo, n_hi))
     TT = draw(st.integers(T_lo, T_hi))
     if generic_feasible:
-        need = max(nn, TT - 1)
+        need = TT - 1 if below_n else max(nn, TT - 1)
         d_lo, d_hi = max(d_lo, need), max(d_hi, need)
     dd = draw(st.integers(d_lo, d_hi))
     return nn, TT, dd
@@ -169,6 +261,27 @@ def _self_or_cross(draw: Any, attention: str) -> bool:
     return attention == "self"
 
 
+def _make_ties(draw: Any, X: FloatArray, duplicates: bool, near_parallel: bool) -> None:
+    """In place: exact copies and near-parallel pairs of tokens, per sequence, each a shrinkable draw.
+
+    Self-attention keeps token 0 (the query) as drawn; it may be the *source* of a copy.
+    """
+    n, T, d = X.shape
+    for i in range(n):
+        for t in range(1, T):
+            # Each later token may copy an earlier one exactly, or sit δ away from it along e_k.
+            if duplicates and draw(st.booleans()):
+                X[i, t] = X[i, draw(st.integers(0, t - 1))]
+            elif near_parallel and draw(st.booleans()):
+                u = draw(st.integers(0, t - 1))
+                lo, hi = NEAR_PARALLEL_LOG10
+                # w = 0 (the shrink target) is the moderate end, δ = 10^hi.
+                delta = 10.0 ** (hi - (hi - lo) * _unit_interval(draw))
+                k = draw(st.integers(0, d - 1))
+                X[i, t] = X[i, u]
+                X[i, t, k] += delta
+
+
 @st.composite
 def instances(
     draw: Any,
@@ -179,21 +292,30 @@ def instances(
     attention: str = "either",
     bound: float = 4.0,
     shape: tuple[int, int, int] | None = None,
+    *,
+    duplicates: bool = False,
+    near_parallel: bool = False,
 ) -> Instance:
     """General instances (no feasibility or uniqueness guarantee).
 
     Args:
       n, T, d: inclusive size ranges (ignored when ``shape`` is given).
-      family: ``"gaussian"`` (seeded standard normal, clipped to ``±bound``), ``"unit"``
-        (Gaussian rows of ``X``, ``z`` and ``v`` scaled to unit length) or ``"uniform"``
-        (every entry a Hypothesis float in ``[−bound, bound]``: shrinks well, and covers
-        zeros, repeated tokens and ties).
+      family: ``"gaussian"`` (standard normal from :func:`gaussian_arrays`, clipped to
+        ``±bound``; generic: no equal entries), ``"unit"`` (Gaussian rows of ``X``, ``z`` and
+        ``v`` scaled to unit length) or ``"uniform"`` (every entry a Hypothesis float in
+        ``[−bound, bound]``: shrinks well, and covers zeros, repeated tokens and ties).
       attention: ``"self"`` (``z = first token``), ``"cross"`` (``z`` drawn) or ``"either"``.
       bound: largest magnitude of any entry.
       shape: a fixed ``(n, T, d)``.
+      duplicates: let tokens be exact copies of earlier tokens of their sequence (equal logits
+        and values for every ``W``: exact ties); each copy is a draw that shrinks to "no copy".
+      near_parallel: let tokens be ``x_iu = x_it + δ e_k`` (``t < u``) with ``log10 δ`` drawn in
+        ``NEAR_PARALLEL_LOG10 = [−15, −1]`` (shrinking to ``δ = 0.1``); at ``δ`` below the
+        rounding of ``x_it`` the pair is an exact copy. Applied before ``"unit"`` scaling.
 
     Returns:
-      An :class:`attnsvm.Instance`, entries finite with ``|entry| ≤ bound``.
+      An :class:`attnsvm.Instance`, entries finite with ``|entry| ≤ bound`` (``+ 0.1`` with
+      ``near_parallel``).
     """
     if family not in INSTANCE_FAMILIES:
         raise unknown_name("instance family", family, INSTANCE_FAMILIES)
@@ -202,24 +324,37 @@ def instances(
     z: FloatArray | None
     if family == "uniform":
         el = bounded_floats(bound)
-        X = draw(hnp.arrays(np.float64, (nn, TT, dd), elements=el))
+        X = np.array(draw(hnp.arrays(np.float64, (nn, TT, dd), elements=el)), dtype=np.float64)
         v = draw(hnp.arrays(np.float64, (dd,), elements=el))
         z = None if self_attn else draw(hnp.arrays(np.float64, (nn, dd), elements=el))
+        _make_ties(draw, X, duplicates, near_parallel)
     else:
-        rng = np.random.default_rng(draw(seeds()))
-        X = np.clip(rng.standard_normal((nn, TT, dd)), -bound, bound)
-        zg = np.clip(rng.standard_normal((nn, dd)), -bound, bound)
-        v = np.clip(rng.standard_normal(dd), -bound, bound)
+        # One draw of distinct integers for X, z and v together: no equal entries across them.
+        sizes = (nn * TT * dd, nn * dd, dd)
+        g = draw(gaussian_arrays((sum(sizes),), bound))
+        X = g[: sizes[0]].reshape(nn, TT, dd).copy()
+        zg = g[sizes[0] : sizes[0] + sizes[1]].reshape(nn, dd)
+        v = g[sizes[0] + sizes[1] :]
+        _make_ties(draw, X, duplicates, near_parallel)
         if family == "unit":
             X, zg, v = _unit_rows(X), _unit_rows(zg), _unit_rows(v[None])[0]
         z = None if self_attn else zg
     return Instance(X, _labels(draw, nn), v, z)  # type: ignore[arg-type]  # z=None: self-attention
 
 
-def _orthonormal(rng: np.random.Generator, d: int) -> FloatArray:
-    """A random ``d × d`` orthogonal matrix (QR of a Gaussian matrix, signs fixed)."""
-    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+def _orthonormal(draw: Any, d: int) -> FloatArray:
+    """A ``d × d`` orthogonal matrix: QR of a Hypothesis-drawn Gaussian matrix, signs fixed.
+
+    Householder QR returns an orthogonal ``Q`` for *any* matrix (even a singular one), so the
+    result is orthogonal whatever the draw; a generic draw makes it a random rotation.
+    """
+    q, r = np.linalg.qr(draw(gaussian_arrays((d, d))))
     return q * np.where(np.diag(r) < 0, -1.0, 1.0)
+
+
+def _float_array(draw: Any, size: int, lo: float, hi: float) -> FloatArray:
+    """``size`` Hypothesis floats in ``[lo, hi]`` (shrinking to simple values)."""
+    return np.array(draw(st.lists(st.floats(lo, hi), min_size=size, max_size=size)), dtype=np.float64)
 
 
 @st.composite
@@ -235,7 +370,8 @@ def feasible_instances(
     """Instances constructed so that every Att-SVM(α) is feasible and ``opt`` is unique.
 
     See the module docstring for the construction and the sufficient condition it
-    guarantees (independent queries, affinely independent tokens in every sequence).
+    guarantees (independent queries, affinely independent tokens in every sequence). Every
+    random quantity (basis, scores, radii, offsets, query scales) is a Hypothesis draw.
 
     Args:
       n, T: inclusive size ranges.
@@ -256,41 +392,40 @@ def feasible_instances(
     nn = draw(st.integers(*_check_range("n", n, 1)))
     TT = draw(st.integers(*_check_range("T", T, 2)))
     dd = (nn + TT if self_attn else TT + 1) + draw(st.integers(*_check_range("extra_d", extra_d, 0)))
-    rng = np.random.default_rng(draw(seeds()))
     Y = _labels(draw, nn)
     c = draw(st.floats(0.5, 2.0)) * draw(st.sampled_from([1.0, -1.0]))
     opt = draw(hnp.arrays(np.intp, (nn,), elements=st.integers(0, TT - 1)))
     gaps = draw(hnp.arrays(np.float64, (nn,), elements=st.floats(min_gap, min_gap + 1.0)))
-    basis = _orthonormal(rng, dd)  # columns e_0 … e_{d−1}
+    basis = _orthonormal(draw, dd)  # columns e_0 … e_{d−1}
     e0 = basis[:, 0]
     X = np.empty((nn, TT, dd))
     for i in range(nn):
         # Desired scores: the non-optimal ones in [−1, 1], the optimal one `gap` above their max.
         if equal_nonoptimal_scores:
-            gam = np.full(TT, rng.uniform(-1.0, 1.0))
+            gam = np.full(TT, draw(st.floats(-1.0, 1.0)))
         else:
-            gam = rng.uniform(-1.0, 1.0, size=TT)
+            gam = _float_array(draw, TT, -1.0, 1.0)
         gam[opt[i]] = np.max(np.delete(gam, opt[i])) + gaps[i]
         g = gam / (Y[i] * c)  # γ_it = Y_i vᵀx_it = Y_i c g_it
-        r = rng.uniform(0.5, 2.0, size=TT)
+        r = _float_array(draw, TT, 0.5, 2.0)
         if self_attn:
             # p_i0 = e_{1+i} reserved to sequence i; p_it (t ≥ 1) orthonormal in span(e_{1+n} …).
             rest = basis[:, 1 + nn :]
-            rot = _orthonormal(rng, rest.shape[1])[:, : TT - 1]
+            rot = _orthonormal(draw, rest.shape[1])[:, : TT - 1]
             P = np.concatenate([basis[:, 1 + i : 2 + i], rest @ rot], axis=1)
-            offset = rng.uniform(-1.0, 1.0) * e0  # along e_0 only: keeps z_i = x_i0 independent
+            offset = draw(st.floats(-1.0, 1.0)) * e0  # along e_0 only: keeps z_i = x_i0 independent
         else:
             rest = basis[:, 1:]
-            P = rest @ _orthonormal(rng, rest.shape[1])[:, :TT]
+            P = rest @ _orthonormal(draw, rest.shape[1])[:, :TT]
             # Offset orthogonal to the tokens' own directions: shifts every token alike.
-            m = rng.standard_normal(dd)
+            m = draw(gaussian_arrays((dd,)))
             offset = m - P @ (P.T @ m) - e0 * (e0 @ m)
         X[i] = g[:, None] * e0[None, :] + (r[None, :] * P).T + offset[None, :]
     v = c * e0
     if self_attn:
         return Instance(X, Y, v)
-    Q = _orthonormal(rng, dd)[:, :nn]
-    s = rng.uniform(0.5, 2.0, size=nn)
+    Q = _orthonormal(draw, dd)[:, :nn]
+    s = _float_array(draw, nn, 0.5, 2.0)
     return Instance(X, Y, v, (Q * s[None, :]).T)
 
 
@@ -309,10 +444,15 @@ def instances_and_alphas(draw: Any, base: st.SearchStrategy[Instance] | None = N
 
 @st.composite
 def directions(draw: Any, d: int) -> FloatArray:
-    """A ``(d, d)`` matrix of unit Frobenius norm (a seeded Gaussian matrix, normalised)."""
-    rng = np.random.default_rng(draw(seeds()))
-    U = rng.standard_normal((d, d))
-    return U / np.linalg.norm(U)
+    """A ``(d, d)`` matrix of unit Frobenius norm: a :func:`gaussian_arrays` matrix, normalised.
+
+    (The only all-zero Gaussian draw is ``d = 1`` with ``k = 0``; it gives ``[[1]]``.)
+    """
+    U = draw(gaussian_arrays((d, d)))
+    norm = float(np.linalg.norm(U))
+    if norm == 0.0:
+        return np.ones((d, d)) / d
+    return U / norm
 
 
 @st.composite
@@ -321,7 +461,8 @@ def weight_matrices(draw: Any, d: int, scale: tuple[float, float] = (1e-2, 1e2))
 
     ``scale=(1e-2, 1)`` gives moderate weights; ``(1e2, 1e3)`` saturated ones (logits of
     unit-size data differ by tens to hundreds, so the softmax is one-hot to
-    ``e^{−10}``–``e^{−100}`` or beyond).
+    ``e^{−10}``–``e^{−100}`` or beyond). To state saturation by the weights themselves, use
+    :func:`saturated_weights`.
     """
     lo, hi = scale
     if not (0 < lo <= hi and np.isfinite(hi)):
@@ -330,12 +471,116 @@ def weight_matrices(draw: Any, d: int, scale: tuple[float, float] = (1e-2, 1e2))
     return float(10.0**e) * draw(directions(d))
 
 
+def _log_runner_up_at(c: float, l: FloatArray) -> float:
+    """``log`` of the largest non-top softmax weight of logits ``c·l`` (``l`` sorted descending)."""
+    cl = c * l
+    m = cl[0]
+    return float(cl[1] - (m + np.log(np.sum(np.exp(cl - m)))))
+
+
+def log_runner_up_weight(inst: Instance, W: Any) -> float:
+    """``log`` of the runner-up weight of :func:`saturated_weights`: in the sequence whose top two
+    logits of ``W`` are furthest apart, the log of the largest weight other than the top one.
+
+    Computed in log form (log-sum-exp), so it is exact far below the float64 range.
+    """
+    L = np.einsum("ntk,kj,nj->nt", inst.X, np.asarray(W, dtype=np.float64), inst.z)
+    Ls = -np.sort(-L, axis=1)
+    i = int(np.argmax(Ls[:, 0] - Ls[:, 1]))
+    return _log_runner_up_at(1.0, Ls[i])
+
+
+def _check_log_range(name: str, lo: float, hi: float, top: float) -> None:
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi < top):
+        raise InvalidInstanceError(
+            f"{name} must be a range (lo, hi) with lo ≤ hi < {top:g} (a runner-up weight is below ½)"
+        )
+
+
+@st.composite
+def saturated_weights(
+    draw: Any,
+    inst: Instance,
+    *,
+    runner_up: tuple[float, float] | None = None,
+    log_runner_up: tuple[float, float] | None = None,
+) -> FloatArray:
+    """``W = c·U`` whose runner-up attention weight is a log-uniform draw ``ρ``.
+
+    ``U`` is a :func:`directions` draw. In the sequence ``i*`` whose two largest logits of
+    ``U`` are furthest apart (gap ``g``: the most saturated sequence at large ``c``), the
+    largest non-top weight is ``ρ(c) = exp(c·l_2 − LSE(c·l_i*))``, which decreases from
+    ``1/T``-ish at ``c = 0`` to 0; ``c`` is solved by bisection on ``[0, −log ρ / g]``
+    (``ρ(c) ≤ e^{−c g}``) to ``|log ρ(c) − log ρ| ≤ 1e-9·|log ρ|``, before the rounding of
+    ``W = c·U``. See :func:`log_runner_up_weight` for the value actually reached.
+
+    Args:
+      inst: the instance (its logits define the gaps).
+      runner_up: range ``(lo, hi)`` of ``ρ`` (``0 < lo ≤ hi < ½``), e.g. ``(1e-300, 1e-1)``.
+      log_runner_up: range of ``log ρ`` instead, for weights below the float64 range (e.g.
+        ``(−1e5, −2)``); exactly one of the two must be given.
+
+    The draw shrinks towards the moderate end (``hi``). Limits: when ``ρ`` is above the
+    runner-up weight at ``W = 0`` the result is ``W = 0``; when ``U`` gives every sequence tied
+    top logits (no saturation is possible along ``U``) ``W = U``; ``c`` is capped so that every
+    logit magnitude ``Σ_kj |x_k W_kj z_j|`` stays ≤ ``LOGIT_CAP = 1e300`` (then ``ρ`` is not
+    reached).
+    """
+    if (runner_up is None) == (log_runner_up is None):
+        raise InvalidInstanceError("give exactly one of runner_up=(lo, hi) and log_runner_up=(lo, hi)")
+    if runner_up is not None:
+        lo, hi = runner_up
+        if not (0 < lo <= hi < 0.5):
+            raise InvalidInstanceError(
+                f"runner_up must be a range (lo, hi) with 0 < lo ≤ hi < ½; got {runner_up!r}"
+            )
+        llo, lhi = math.log(lo), math.log(hi)
+    else:
+        assert log_runner_up is not None
+        llo, lhi = float(log_runner_up[0]), float(log_runner_up[1])
+        _check_log_range("log_runner_up", llo, lhi, math.log(0.5))
+    # w = 0 is the shrink target: the moderate end.
+    target = lhi - (lhi - llo) * _unit_interval(draw)
+    U = draw(directions(inst.d))
+    L = np.einsum("ntk,kj,nj->nt", inst.X, U, inst.z)
+    Ls = -np.sort(-L, axis=1)
+    gaps = Ls[:, 0] - Ls[:, 1]
+    i = int(np.argmax(gaps))
+    g = float(gaps[i])
+    if not g > 0:
+        return U
+    lam = float(np.max(np.einsum("ntk,kj,nj->nt", np.abs(inst.X), np.abs(U), np.abs(inst.z))))
+    c_cap = min(LOGIT_CAP / lam if lam > 0 else LOGIT_CAP, LOGIT_CAP)
+    if _log_runner_up_at(0.0, Ls[i]) <= target:
+        return np.zeros_like(U)
+    lo_c, hi_c = 0.0, min(-target / g, c_cap)
+    if _log_runner_up_at(hi_c, Ls[i]) > target:  # capped: the most saturated W allowed
+        return hi_c * U
+    for _ in range(200):  # bisection: log ρ(c) is decreasing in c
+        mid = 0.5 * (lo_c + hi_c)
+        if _log_runner_up_at(mid, Ls[i]) > target:
+            lo_c = mid
+        else:
+            hi_c = mid
+        if hi_c - lo_c <= 1e-12 * hi_c:
+            break
+    return hi_c * U
+
+
 @st.composite
 def instances_and_weights(
-    draw: Any, base: st.SearchStrategy[Instance] | None = None, scale: tuple[float, float] = (1e-2, 1e2)
+    draw: Any,
+    base: st.SearchStrategy[Instance] | None = None,
+    scale: tuple[float, float] = (1e-2, 1e2),
+    *,
+    runner_up: tuple[float, float] | None = None,
+    log_runner_up: tuple[float, float] | None = None,
 ) -> tuple[Instance, FloatArray]:
-    """Pairs ``(inst, W)`` with ``W`` a :func:`weight_matrices` draw of the instance's ``d``."""
+    """Pairs ``(inst, W)``: ``W`` a :func:`weight_matrices` draw of the instance's ``d``, or, with
+    ``runner_up``/``log_runner_up``, a :func:`saturated_weights` draw (``scale`` is then unused)."""
     inst = draw(base if base is not None else instances())
+    if runner_up is not None or log_runner_up is not None:
+        return inst, draw(saturated_weights(inst, runner_up=runner_up, log_runner_up=log_runner_up))
     return inst, draw(weight_matrices(inst.d, scale))
 
 

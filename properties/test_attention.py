@@ -1,8 +1,18 @@
 """Invariants of the attention kinds (softmax, linear, normalized linear) and of the losses.
 
-Tolerances: a weight ``s_it = exp(log s_it)`` is exact to a relative ``EPS·(|l_it − max l_i| + T)``
-plus the logits' own rounding ``2d·EPS·Λ_it`` (``Λ_it = Σ_kj |x_itk W_kj z_ij|``), which
-``WEIGHT_ULPS`` multiplies; sums of ``T`` weights add ``T`` roundings.
+Oracle: an mpmath evaluation at ``ORACLE_DPS = 50`` digits from the exact float64 inputs
+(logits ``l_it = Σ_kj x_itk W_kj z_ij``, ``log s_it = l_it − LSE(l_i)`` or
+``log φ(l_it) − log Σ_u φ(l_iu)`` with ``φ = elu + 1``, outputs ``Σ_t s_it vᵀx_it``).
+
+Error model (float64, ``EPS = 2⁻⁵²``). The logits are two length-``d`` dot products
+(``x·(W z)``), each within ``d·EPS`` of the sum of its terms' magnitudes (Higham, γ_d), so
+``|δl_it| ≤ LOGIT_ULPS·d·EPS·Λ_it`` with ``Λ_it = Σ_kj |x_itk W_kj z_ij|``. The exact
+log-weight moves by ``δl_it − Σ_u s_iu δl_iu`` (softmax; for ``φ = elu + 1`` the factor
+``φ'/φ ≤ 1`` only shrinks it), at most ``|δl_it| + max_u |δl_iu|``; evaluating
+``l − max − log Σ exp`` rounds ``WEIGHT_ULPS`` times relative to ``|log s_it| + T``. That
+absolute error of ``log s_it`` is the *relative* error of the weight ``s_it`` — kept however
+small the weight is, down to ``log s_it ≈ −10⁵`` (saturated draws, :func:`S.saturated_weights`).
+Sums of ``T`` weights add ``T`` roundings.
 """
 
 from __future__ import annotations
@@ -11,7 +21,7 @@ import mpmath
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import event, given, note, target
 from hypothesis import strategies as st
 
 import attnsvm as A
@@ -22,14 +32,41 @@ from attnsvm.instance import Instance
 EPS = float(np.finfo(np.float64).eps)
 #: exp/log/log-sum-exp each round once or twice per weight; 8 covers them with headroom.
 WEIGHT_ULPS = 8.0
+#: Logits ``x·(W z)``: two dot products of length ``d``, each ≤ ``d·EPS·Σ|terms|`` (γ_d): 2.
+LOGIT_ULPS = 2.0
 #: Loss values/derivatives: a handful of elementary operations each correct to ≤ 1 ulp
 #: (IEEE exp/log1p within 1 ulp), so 8 ulps relative to the exact value is a safe bound.
 LOSS_ULPS = 8.0
+#: Digits of the mpmath oracle: products of three doubles are exact at 48 digits, and every
+#: exp/log adds 1e-50 relative, 10³⁴ below float64's rounding.
+ORACLE_DPS = 50
+#: Spacing of subnormal doubles, 2^-1074: the absolute error of a weight below the normal range.
+SUBNORMAL_ULP = float(np.nextafter(0.0, 1.0))
+#: The bound on a weight or output is first order in the relative errors; their products are
+#: ≤ 1e-9 times the first-order terms here (relative errors ≤ 1e-9), so a factor 2 covers them.
+SECOND_ORDER = 2.0
+
+#: Smallest normal double. Scale contract: ``output`` refuses (NumericalError) an output below it;
+#: the core decides from its own rounded size, so a factor ``RAISE_SLACK`` = 2 covers the edge.
+TINY = float(np.finfo(np.float64).tiny)
+RAISE_SLACK = 2.0
 
 KINDS = A.KINDS
+FAMILIES = (
+    S.instances(family="gaussian")
+    | S.instances(family="uniform", bound=4.0)
+    | S.instances(family="unit")
+    | S.instances(family="gaussian", duplicates=True, near_parallel=True)
+)
 pairs = S.instances_and_weights(
     S.instances(family="gaussian") | S.instances(family="uniform", bound=4.0) | S.instances(family="unit"),
     scale=(1e-2, 1e3),
+)
+#: Moderate to saturated: runner-up weights down to e^{−10⁵} (log-weights −10³…−10⁵ are common).
+oracle_pairs = (
+    S.instances_and_weights(FAMILIES, scale=(1e-2, 1e2))
+    | S.instances_and_weights(FAMILIES, runner_up=(1e-300, 1e-1))
+    | S.instances_and_weights(FAMILIES, log_runner_up=(-1e5, -1e3))
 )
 
 
@@ -37,19 +74,79 @@ def _lam(inst: Instance, W: np.ndarray) -> np.ndarray:
     return np.einsum("ntk,kj,nj->nt", np.abs(inst.X), np.abs(W), np.abs(inst.z))
 
 
+def _assert_underflow_refusal(err: Exception, sizes: list) -> None:
+    """A refused output is right only where the oracle's output size ``Σ_t |s_it vᵀx_it|`` of some
+    sequence is nonzero and below the normal range (the answer is not a normal double)."""
+    assert "underflows" in str(err), str(err)
+    assert any(0 < sz < RAISE_SLACK * TINY for sz in sizes), f"refused normal outputs {sizes}: {err}"
+
+
+def _mp_logits(inst: Instance, W: np.ndarray) -> list[list[mpmath.mpf]]:
+    """Exact logits (to ``ORACLE_DPS`` digits) from the float64 inputs."""
+    n, T, d = inst.shape
+    Wm = [[mpmath.mpf(float(W[k, j])) for j in range(d)] for k in range(d)]
+    out = []
+    for i in range(n):
+        z = [mpmath.mpf(float(c)) for c in inst.z[i]]
+        Wz = [mpmath.fsum(Wm[k][j] * z[j] for j in range(d)) for k in range(d)]
+        out.append(
+            [mpmath.fsum(mpmath.mpf(float(inst.X[i, t, k])) * Wz[k] for k in range(d)) for t in range(T)]
+        )
+    return out
+
+
+def _mp_log_weights(lg: list[list[mpmath.mpf]], kind: str) -> list[list[mpmath.mpf]]:
+    """``log s_it`` in mpmath: softmax ``l − LSE(l)``; normalized linear ``log φ(l) − log Σ φ(l)``."""
+    out = []
+    for row in lg:
+        if kind == "softmax":
+            base = row
+        else:  # φ = elu + 1: e^l for l ≤ 0, 1 + l for l > 0
+            base = [li if li <= 0 else mpmath.log1p(li) for li in row]
+        m = max(base)
+        lse = m + mpmath.log(mpmath.fsum(mpmath.exp(b - m) for b in base))
+        out.append([b - lse for b in base])
+    return out
+
+
+def _log_weight_tol(inst: Instance, W: np.ndarray, logs_mp: np.ndarray) -> np.ndarray:
+    """The module's bound on ``|log ŝ_it − log s_it|`` (= relative error of ``s_it``)."""
+    dl = LOGIT_ULPS * inst.d * EPS * _lam(inst, W)
+    return dl + np.max(dl, axis=1, keepdims=True) + WEIGHT_ULPS * EPS * (np.abs(logs_mp) + inst.T)
+
+
+@given(oracle_pairs, st.sampled_from(("softmax", "normalized_linear")))
+def test_weights_match_mpmath(pair: tuple[Instance, np.ndarray], kind: str) -> None:
+    """``log_attention`` and ``attention`` against an mpmath softmax / elu+1 normalisation at 50 digits.
+
+    Oracle: mpmath log-weights from the exact float64 inputs. Claim: every log-weight has
+    absolute error (= the weight's relative error) within the module's bound, also for weights
+    far below 1e-308 (``log s ≈ −10⁵``), and every weight has that relative error where it is a
+    normal double and at most ``SUBNORMAL_ULP`` more below.
+    """
+    inst, W = pair
+    with mpmath.workdps(ORACLE_DPS):
+        logs_mp = np.array([[float(v) for v in row] for row in _mp_log_weights(_mp_logits(inst, W), kind)])
+    logs = A.log_attention(inst, W, kind)
+    assert np.all(np.isfinite(logs)) and np.all(logs <= 0)
+    tol = _log_weight_tol(inst, W, logs_mp)
+    err = np.abs(logs - logs_mp)
+    target(float(np.max(err / tol)), label="log-weight error / bound")
+    assert np.all(err <= tol)
+    s = A.attention(inst, W, kind)
+    s_mp = np.exp(logs_mp)  # float64 rounding of the exact weight: ≤ EPS relative, 0 below 2^-1075
+    rel = SECOND_ORDER * tol + 2 * EPS
+    assert np.all(np.abs(s - s_mp) <= rel * s_mp + SUBNORMAL_ULP)
+
+
 @given(pairs, st.sampled_from(("softmax", "normalized_linear")))
 def test_normalised_kinds_are_distributions(pair: tuple[Instance, np.ndarray], kind: str) -> None:
+    """Rows are probability vectors (exact property of the kind; rounding of a sum of ``T`` terms)."""
     inst, W = pair
     s = A.attention(inst, W, kind)
     assert s.shape == (inst.n, inst.T)
     assert np.all(s >= 0) and np.all(s <= 1)
     assert np.all(np.abs(s.sum(axis=1) - 1) <= WEIGHT_ULPS * inst.T * EPS)
-    logs = A.log_attention(inst, W, kind)
-    assert np.all(np.isfinite(logs)) and np.all(logs <= 0)
-    # log_attention = log(attention) wherever the weight is a normal double
-    ok = s > np.finfo(np.float64).tiny
-    rel = WEIGHT_ULPS * EPS * (np.abs(logs) + inst.T + 2 * inst.d * _lam(inst, W))
-    assert np.all(np.abs(np.exp(logs[ok]) - s[ok]) <= rel[ok] * s[ok])
 
 
 @given(pairs)
@@ -60,13 +157,60 @@ def test_linear_attention_is_the_logits(pair: tuple[Instance, np.ndarray]) -> No
     assert np.all(np.abs(A.logits(inst, W) - direct) <= 4 * inst.d**2 * EPS * _lam(inst, W))
 
 
-@given(pairs, st.sampled_from(KINDS))
-def test_output_is_weighted_values(pair: tuple[Instance, np.ndarray], kind: str) -> None:
+@given(oracle_pairs, st.sampled_from(KINDS))
+def test_output_matches_mpmath(pair: tuple[Instance, np.ndarray], kind: str) -> None:
+    """``output`` against the mpmath ``f_i = Σ_t s_it vᵀx_it`` at 50 digits (weights from the
+    mpmath softmax / elu+1 normalisation, or the exact logits for ``linear``).
+
+    Bound: ``|f̂ − f| ≤ Σ_t |a_t|·|δs_t| + (s_t + |δs_t|)·d·EPS·A_t`` plus ``T`` roundings of the
+    sum, with ``δs_t`` the weight error of the module's model (``linear``: the logit error),
+    ``A_t = Σ_k |x_tk v_k|`` (the value ``a_t = vᵀx_t`` is a dot product of length ``d``).
+    """
     inst, W = pair
-    s = A.attention(inst, W, kind)
-    f = A.output(inst, W, kind)
-    a = inst.values()
-    assert np.all(np.abs(f - np.sum(s * a, axis=1)) <= 4 * inst.T * EPS * np.sum(np.abs(s * a), axis=1))
+    n, T, d = inst.shape
+    with mpmath.workdps(ORACLE_DPS):
+        lg = _mp_logits(inst, W)
+        vm = [mpmath.mpf(float(c)) for c in inst.v]
+        a_mp = [
+            [
+                mpmath.fsum(mpmath.mpf(float(x)) * vk for x, vk in zip(inst.X[i, t], vm, strict=True))
+                for t in range(T)
+            ]
+            for i in range(n)
+        ]
+        logs_rows = None if kind == "linear" else _mp_log_weights(lg, kind)
+        s_rows = lg if logs_rows is None else [[mpmath.exp(v) for v in row] for row in logs_rows]
+        f_mp = np.array(
+            [
+                float(mpmath.fsum(si * ai for si, ai in zip(sr, ar, strict=True)))
+                for sr, ar in zip(s_rows, a_mp, strict=True)
+            ]
+        )
+        s_mp = np.array([[float(v) for v in row] for row in s_rows])
+        a = np.array([[float(v) for v in row] for row in a_mp])
+        sizes = [
+            mpmath.fsum(abs(si * ai) for si, ai in zip(sr, ar, strict=True))
+            for sr, ar in zip(s_rows, a_mp, strict=True)
+        ]
+        logs_mp = None if logs_rows is None else np.array([[float(v) for v in row] for row in logs_rows])
+    if logs_mp is None:  # linear: the weights are the logits
+        ds = LOGIT_ULPS * d * EPS * _lam(inst, W)
+    else:
+        # Relative error of the weight, plus SUBNORMAL_ULP absolute where it is not a normal double.
+        ds = (SECOND_ORDER * _log_weight_tol(inst, W, logs_mp) + 2 * EPS) * s_mp + SUBNORMAL_ULP
+    Aabs = np.abs(inst.X) @ np.abs(inst.v)
+    terms = np.abs(a) * ds + (np.abs(s_mp) + ds) * d * EPS * Aabs
+    sum_round = T * EPS * np.sum((np.abs(s_mp) + ds) * (np.abs(a) + d * EPS * Aabs), axis=1)
+    tol = SECOND_ORDER * (np.sum(terms, axis=1) + sum_round)
+    try:
+        out = A.output(inst, W, kind)
+    except A.NumericalError as exc:
+        _assert_underflow_refusal(exc, sizes)
+        event("output below the normal range: refusal asserted")
+        return
+    err = np.abs(out - f_mp)
+    target(float(np.max(err / np.maximum(tol, SUBNORMAL_ULP))), label="output error / bound")
+    assert np.all(err <= tol + SUBNORMAL_ULP)
 
 
 @given(pairs, st.sampled_from(KINDS), S.seeds())
@@ -83,8 +227,18 @@ def test_token_permutation_equivariance(pair: tuple[Instance, np.ndarray], kind:
     # bitwise the permuted logits; only the normalising sum changes order (T roundings).
     assert np.array_equal(A.logits(p, W), A.logits(inst, W)[:, perm])
     assert np.all(np.abs(sp - s[:, perm]) <= WEIGHT_ULPS * inst.T * EPS * np.abs(s[:, perm]))
-    f, fp = A.output(inst, W, kind), A.output(p, W, kind)
-    a = inst.values()
+    try:
+        f = A.output(inst, W, kind)
+    except A.NumericalError as err:
+        # Scale contract: an output below the normal range is refused; the permuted instance has the
+        # same outputs, so it must be refused too (equivariance of the refusal).
+        assert "underflows" in str(err)
+        with pytest.raises(A.NumericalError, match="underflows"):
+            A.output(p, W, kind)
+        event("outputs below the normal range: both refused")
+        return
+    fp = A.output(p, W, kind)
+    a = inst.X @ inst.v
     assert np.all(np.abs(f - fp) <= 4 * (WEIGHT_ULPS + 1) * inst.T * EPS * np.sum(np.abs(s * a), axis=1))
 
 
@@ -93,10 +247,28 @@ def test_zero_weights_give_uniform_attention(inst: Instance, kind: str) -> None:
     W = np.zeros((inst.d, inst.d))
     s = A.attention(inst, W, kind)
     assert np.all(np.abs(s - 1 / inst.T) <= WEIGHT_ULPS * EPS / inst.T * inst.T)
-    a = inst.values()
-    assert np.all(
-        np.abs(A.output(inst, W, kind) - a.mean(axis=1)) <= 4 * inst.T * EPS * np.abs(a).sum(axis=1)
-    )
+    a = inst.X @ inst.v
+    try:
+        out = A.output(inst, W, kind)
+    except A.NumericalError as exc:
+        with mpmath.workdps(ORACLE_DPS):  # oracle sizes Σ_t |vᵀx_it| / T from the exact inputs
+            sizes = [
+                mpmath.fsum(
+                    abs(
+                        mpmath.fsum(
+                            mpmath.mpf(float(x)) * mpmath.mpf(float(c))
+                            for x, c in zip(xt, inst.v, strict=True)
+                        )
+                    )
+                    for xt in Xi
+                )
+                / inst.T
+                for Xi in inst.X
+            ]
+        _assert_underflow_refusal(exc, sizes)
+        event("output below the normal range: refusal asserted")
+        return
+    assert np.all(np.abs(out - a.mean(axis=1)) <= 4 * inst.T * EPS * np.abs(a).sum(axis=1) + SUBNORMAL_ULP)
 
 
 @given(S.instances_and_weights(scale=(1e-2, 1e2)), S.weight_matrices(1), S.bounded_floats(3.0))
@@ -189,3 +361,50 @@ def test_exponential_overflow_is_reported(u: float) -> None:
         A.get_loss("exponential").value(np.array([u]))
     with pytest.raises(A.NumericalError):
         A.get_loss("exponential").derivative(np.array([u]))
+
+
+# ------------------------------------------------------- the saturation strategy itself
+#: Bisection stops at ``|Δc| ≤ 1e-12·c``, which moves ``log ρ = c·l₂ − LSE(c·l)`` by ≤ 1e-12·|log ρ|
+#: times ``max|l|/g`` (g the top-two gap); the float64 logits of ``W = c·U`` (rounded once per entry)
+#: move it by ≤ ``(LOGIT_ULPS·d + 1)·EPS·2·Λ``. ``RUNNER_UP_SLACK`` = 1e-12 is the bisection's factor.
+RUNNER_UP_SLACK = 1e-12
+LOG_RUNNER_UP = (-1e4, -3.0)
+
+
+@given(
+    S.instances(family="gaussian") | S.instances(family="uniform", bound=4.0),
+    st.data(),
+)
+def test_saturated_weights_reach_the_requested_runner_up(inst: Instance, data: st.DataObject) -> None:
+    """Oracle: the runner-up log-weight of the drawn ``W`` in 50-digit mpmath (exact logits). Claim
+    (the strategy's documentation): it lies in the requested range, except in the documented limits
+    (``W = 0``: the range is above the runner-up weight at ``W = 0``; no unique top logit along ``U``;
+    the logit cap), where the mpmath value is above the range's top."""
+    W = data.draw(S.saturated_weights(inst, log_runner_up=LOG_RUNNER_UP))
+    with mpmath.workdps(ORACLE_DPS):
+        lg = _mp_logits(inst, W)
+        best = None
+        for row in lg:
+            srt = sorted(row, reverse=True)
+            gap = srt[0] - srt[1]
+            if best is None or gap > best[0]:
+                best = (gap, row, srt)
+        assert best is not None
+        _, row, srt = best
+        m = srt[0]
+        log_rho = float(srt[1] - m - mpmath.log(mpmath.fsum(mpmath.exp(v - m) for v in row)))
+    lo, hi = LOG_RUNNER_UP
+    lam = float(np.max(_lam(inst, W)))
+    ls = np.sort(A.logits(inst, W), axis=1)
+    g = float(np.max(ls[:, -1] - ls[:, -2]))
+    slack = (
+        RUNNER_UP_SLACK * abs(log_rho) * (1 + lam / g if g > 0 else 1.0)
+        + 2 * (LOGIT_ULPS * inst.d + 1) * EPS * lam
+    )
+    if lo - slack <= log_rho <= hi + slack:
+        return
+    # The documented limits: the requested weight is not reachable along U (it is never undershot).
+    assert log_rho > hi
+    why = "W = 0" if not np.any(W) else "no saturation along U, or the logit cap"
+    event(f"documented limit: {why}")
+    note(f"log runner-up {log_rho}")

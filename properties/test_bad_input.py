@@ -145,7 +145,9 @@ def _const_loss(value: float, derivative: float) -> A.Loss:
 def test_nonfinite_custom_loss_is_reported(pair: tuple[Instance, np.ndarray], bad: float) -> None:
     inst, W = pair
     with pytest.raises(
-        A.NumericalError, match=r"^the risk is not finite \(NaN or Inf\); check the loss .*rescale the data$"
+        # The risk, or (scale-contract form) the loss values it averages: named, with the remedy.
+        A.NumericalError,
+        match=r"^the (risk|loss ℓ\(Y_i f_i\)) is not finite \(NaN or Inf\).*check the loss .*rescale the data$",
     ):
         A.risk(inst, W, _const_loss(bad, -1.0))
     for fn in (A.risk_grad, A.risk_grad_textbook, A.normalized_risk_grad):
