@@ -237,6 +237,14 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
         )
     elapsed = time.time() - t0
     codes = _exit_codes(dest)
+    unchecked = [n for n in to_run if codes.get(n) is None]
+    if unchecked:
+        # mutmut stops before testing any mutant when the clean run of the selection fails (for
+        # example on a half-edited working tree): that is no result, not a survival.
+        raise SystemExit(
+            f"{module}: mutmut left {len(unchecked)} of {len(to_run)} mutants unchecked (did the clean "
+            f"test run fail? see the output above, or run the selection in {dest}); no result written"
+        )
     equivalent = _equivalent(module)
     if prev is None:
         killed = sorted(n for n in chosen if codes.get(n) in KILLED | TIMEOUT)
