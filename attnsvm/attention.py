@@ -9,6 +9,12 @@ Kinds (all act on the same logits ``l_i ∈ R^T`` of sequence ``i``):
 
 The output of sequence ``i`` is ``f_i = Σ_t s_it vᵀx_it``.
 
+Scale (the contract of :mod:`attnsvm.scaling`). Logits and values are formed from data
+rescaled by exact powers of two (``X·2^−ex``, ``z·2^−ez``, ``W·2^−ew``, ``v·2^−ev``), so no
+intermediate product overflows or underflows; the scale is put back at the end, and a
+quantity that is itself outside float64's range raises :class:`~attnsvm.NumericalError`
+naming it (``logits``, ``outputs``, a log weight below ``−1.8e308``).
+
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (the model);
 Katharopoulos, Vyas, Pappas, Fleuret, ICML 2020 (``φ = elu + 1``);
 Kim, Papamakarios, Mnih, ICML 2021 (softmax vs. linear sensitivity).
@@ -16,15 +22,33 @@ Kim, Papamakarios, Mnih, ICML 2021 (softmax vs. linear sensitivity).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .errors import unknown_name
-from .instance import Instance
+from .instance import Instance, pow2_split, split_rows, values_split
+from .scaling import FLOAT_TINY, range_error
 
-__all__ = ["KINDS", "logits", "log_softmax", "log_phi", "log_attention", "attention", "output"]
+__all__ = [
+    "KINDS",
+    "logits",
+    "logits_of",
+    "log_softmax",
+    "log_phi",
+    "log_attention",
+    "attention",
+    "attention_of",
+    "output",
+]
 
 FloatArray = NDArray[np.float64]
+
+_LN2 = math.log(2.0)
+#: ``2^−969 = FLOAT_TINY/eps``: an intermediate at least this large rounds to full relative
+#: precision even after its products underflow (each loses ≤ 2^−1074 ≤ eps·2^−969·2^−52).
+_SAFE_INTERMEDIATE = 2.0**-969
 
 KINDS = ("softmax", "linear", "normalized_linear")
 
@@ -36,14 +60,53 @@ def _check_kind(kind: str) -> str:
 
 
 def logits(inst: Instance, W: ArrayLike) -> FloatArray:
-    """Logits ``l_it = x_itᵀ W z_i``, shape ``(n, T)``."""
+    """Logits ``l_it = x_itᵀ W z_i``, shape ``(n, T)``.
+
+    Scale: any finite data; each logit to absolute error ``≲ d²·eps·Σ|x_k W_kj z_j|`` plus
+    ``d²·2^−1074·(1 + max|x_i··|·max|W|·max|z_i|)`` (products lost below the range, relative
+    2^−1074 of the data's size); raises :class:`~attnsvm.NumericalError` when a logit exceeds 1.8e308.
+    """
     Wa = inst.check_weights(W)
     return logits_of(inst.X, inst.z, Wa)
 
 
 def logits_of(X: FloatArray, z: FloatArray, W: FloatArray) -> FloatArray:
-    """Array form of :func:`logits` (no validation): ``einsum('ntd,de,ne->nt')``."""
-    return np.einsum("ntd,nd->nt", X, z @ W.T)
+    """Array form of :func:`logits` (no validation): ``einsum('ntd,de,ne->nt')``.
+
+    The plain product is used when it is finite; otherwise (an intermediate ``W z`` or a logit
+    overflowed) the logits are recomputed from power-of-two rescaled ``X``, ``z``, ``W``.
+    """
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        out = np.einsum("ntd,nd->nt", X, z @ W.T)
+        # The plain path is exact to d²·eps·Σ|xWz| unless an intermediate (W z_i)_k whose magnitude
+        # Σ_j|W_kj z_ij| is below the normal range (by eps) is multiplied by a large x: then its
+        # 2^−1074 rounding is amplified by |x|, so those cases take the rescaled path.
+        mag = np.abs(z) @ np.abs(W).T
+        finite = math.isfinite(float(out.sum()))  # NaN/Inf propagate (a sum overflow only costs time)
+    low = mag < _SAFE_INTERMEDIATE
+    # A magnitude that is 0 only because its products underflowed is not an exact 0.
+    if finite and not (low.any() and (low & ((z != 0) @ (W != 0).T.astype(np.float64) > 0)).any()):
+        return out
+    return _logits_rescaled(X, z, W)
+
+
+def _logits_rescaled(X: FloatArray, z: FloatArray, W: FloatArray) -> FloatArray:
+    """``l_i = 2^(ex_i+ez_i+ew) · (X'_i W' z'_i)``, every sequence, query and ``W`` rescaled on its own."""
+    Xs, ex = split_rows(X, 1)
+    zs, ez = split_rows(z, 1)
+    Ws, ew = pow2_split(W)
+    core = np.einsum("ntd,nd->nt", Xs, zs @ Ws.T)  # |core| ≤ d²: no overflow
+    e = (ex + ez + ew)[:, None]
+    with np.errstate(over="ignore", under="ignore"):
+        out = np.ldexp(core, e)
+    if not np.all(np.isfinite(out)):
+        i, t = np.argwhere(~np.isfinite(out))[0]
+        raise range_error(
+            "the logits x_itᵀ W z_i",
+            math.log(abs(float(core[i, t]))) + float(e[i, 0]) * _LN2,
+            remedy="Scale W (or the data) down; softmax attention of logits beyond 1.8e308 is not computable",
+        )
+    return out
 
 
 def log_softmax(l: FloatArray) -> FloatArray:
@@ -53,9 +116,26 @@ def log_softmax(l: FloatArray) -> FloatArray:
     ``log(exp(l)/Σexp(l))`` overflows for ``l > 709`` and gives ``log 0 = −inf`` for
     weights below 1e-308; this form is exact to a few ulps for any finite ``l``
     (log weights of ``−10⁶`` are returned as such, not as ``−inf``).
+
+    Scale: finite ``l`` of any size; raises :class:`~attnsvm.NumericalError` when a log weight
+    is below ``−1.8e308`` (the logits of one row span more than float64's range).
     """
+    out = _log_softmax_raw(l)
+    if not np.all(np.isfinite(out)) and np.all(np.isfinite(l)):
+        raise range_error(
+            "an attention weight s_it (its logit is more than 1.8e308 below the row's largest)",
+            -math.inf,
+            remedy="Its logarithm is below −1.8e308; scale W down",
+        )
+    return out
+
+
+def _log_softmax_raw(l: FloatArray) -> FloatArray:
+    """:func:`log_softmax` returning ``−inf`` for log weights below ``−1.8e308`` (internal use:
+    such a weight is 0 to every precision a double has)."""
     m = np.max(l, axis=-1, keepdims=True)
-    shifted = l - m
+    with np.errstate(over="ignore"):
+        shifted = l - m  # −inf only when the row spans more than 1.8e308
     return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
 
 
@@ -73,6 +153,9 @@ def log_attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatA
 
     Finite for every finite ``W``, also where ``s_it`` itself underflows to 0.
     ``linear`` weights can be negative and have no logarithm.
+
+    Scale: any finite data; each log weight to absolute error ``≲ T·eps·max|l_i|``; raises
+    :class:`~attnsvm.NumericalError` when a logit exceeds 1.8e308 or a log weight is below −1.8e308.
     """
     _check_kind(kind)
     if kind == "linear":
@@ -86,7 +169,8 @@ def attention_of(l: FloatArray, kind: str) -> FloatArray:
     if kind == "linear":
         return np.array(l, dtype=np.float64)
     base = l if kind == "softmax" else log_phi(l)
-    return np.exp(log_softmax(base))
+    # Weights whose log is below −1.8e308 are 0 to absolute accuracy 2^−1074 (rows sum to 1).
+    return np.exp(_log_softmax_raw(base))
 
 
 def attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray:
@@ -99,12 +183,76 @@ def attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray
 
     Returns:
       ``s`` with ``s_i = softmax(l_i)``, ``l_i`` or ``φ(l_i)/1ᵀφ(l_i)`` by kind.
+
+    Scale: any finite data; normalised kinds to ``≲ T·eps·max|l_i|`` relative per weight plus
+    ``2^−1074`` absolute (weights below 2.2e-308 are returned to that absolute accuracy: use
+    :func:`log_attention` for their size); ``linear`` as :func:`logits`. Raises
+    :class:`~attnsvm.NumericalError` when a logit exceeds 1.8e308.
     """
     _check_kind(kind)
     return attention_of(logits(inst, W), kind)
 
 
 def output(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray:
-    """Outputs ``f_i = Σ_t s_it vᵀx_it``, shape ``(n,)``."""
-    s = attention(inst, W, kind)
-    return np.sum(s * inst.values(), axis=1)
+    """Outputs ``f_i = Σ_t s_it vᵀx_it``, shape ``(n,)``.
+
+    Scale: any finite data; ``f_i`` to absolute error ``≲ (d+T)·eps·Σ_t |s_it| Σ_k |v_k x_itk|`` plus
+    the weights' own error (``2δl`` relative, :func:`logits`) and ``T·2^−1074·max_t|a_it|`` (terms
+    lost against the largest; weights below the normal range still count, from their logs). Raises
+    :class:`~attnsvm.NumericalError` when a logit or ``f_i`` exceeds 1.8e308, or when a nonzero
+    ``Σ_t |s_it a_it|`` is below 2.2e-308 (``f_i`` would lose its digits to underflow).
+    """
+    _check_kind(kind)
+    l = logits(inst, W)
+    if kind == "linear":
+        return output_of(l, inst.X, inst.v)
+    log_s = _log_softmax_raw(l if kind == "softmax" else log_phi(l))
+    return output_of(np.exp(log_s), inst.X, inst.v, log_s=log_s)
+
+
+def output_of(s: FloatArray, X: FloatArray, v: FloatArray, *, log_s: FloatArray | None = None) -> FloatArray:
+    """Array form of :func:`output` from weights ``s`` (no validation).
+
+    ``f_i = 2^(es_i+ea_i) Σ_t s'_it a'_it`` with ``s'_i = s_i·2^−es_i``, ``a'_i = a_i·2^−ea_i`` (the
+    values from per-sequence rescaled ``X`` and ``v``): ``f_i`` is formed without overflow whenever
+    it is representable, even where a value ``vᵀx_it`` itself is not. With ``log_s`` (normalised
+    kinds) each weight enters as ``e^r · 2^k`` from its logarithm, so a weight far below the range
+    still counts (``e^{−800}·a`` with a large ``a`` is not lost).
+    """
+    a, ea = values_split(X, v)
+    if log_s is None:
+        ss, es = split_rows(s, 1)
+        core = np.sum(ss * a, axis=-1)
+        mag = np.sum(np.abs(ss * a), axis=-1)
+        e = ea + es
+    else:
+        # s_it = e^{r_it}·2^{k_it}, k = ⌊log s / ln 2⌋ (exact integer), r ∈ [0, ln 2): each term
+        # e^r·a'_it·2^(k_it − K_i) is aligned to the row's largest exponent K_i among nonzero values.
+        ls = np.maximum(log_s, -5000.0)  # −inf (below −1.8e308) → a weight 0 to any precision
+        k = np.floor(ls / _LN2)
+        m = np.exp(ls - k * _LN2) * a
+        kk = np.where(m != 0, k, -np.inf)
+        K = np.max(kk, axis=-1)
+        K = np.where(np.isfinite(K), K, 0.0)
+        with np.errstate(under="ignore"):
+            terms = np.ldexp(m, (k - K[:, None]).astype(np.int64))
+        core = np.sum(terms, axis=-1)
+        mag = np.sum(np.abs(terms), axis=-1)
+        e = ea + K.astype(np.int64)
+    with np.errstate(over="ignore", under="ignore"):
+        f = np.ldexp(core, e)
+        m = np.ldexp(mag, e)
+    if not np.all(np.isfinite(f)):
+        i = int(np.flatnonzero(~np.isfinite(f))[0])
+        raise range_error(
+            "the outputs f_i = Σ_t s_it vᵀx_it", math.log(abs(float(core[i]))) + float(e[i]) * _LN2
+        )
+    low = (mag > 0) & (m < FLOAT_TINY)
+    if np.any(low):
+        i = int(np.flatnonzero(low)[0])
+        raise range_error(
+            "the outputs f_i = Σ_t s_it vᵀx_it (the size Σ_t |s_it vᵀx_it| of a nonzero one)",
+            math.log(float(mag[i])) + float(e[i]) * _LN2,
+            remedy="Scale v or X up",
+        )
+    return f

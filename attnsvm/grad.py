@@ -17,21 +17,37 @@ Numerics. GD drives ``||W|| → ∞`` and the softmax saturates (``s_iα → 1``
   largest, and normalises what is left, so the unit direction stays exact for
   ``||W||`` in the thousands and beyond, and ``log||∇L||`` is returned alongside.
 
+Scale (the contract of :mod:`attnsvm.scaling`). Every sequence's tokens, its query and the
+values are rescaled by exact powers of two before any product is formed, and the integer
+exponents are carried apart from the log weights, so :func:`normalized_risk_grad` is exact for
+data of any size (its ``log_norm`` shifts by the log of the factor). :func:`risk_grad` keeps the
+fast plain products when an underflow screen shows they are exact to ``eps`` (the common case),
+otherwise rebuilds ``∇L = e^top · 2^E · G'`` from the log-domain form; it raises
+:class:`GradientRangeError` when ``||∇L||`` is not a normal double, instead of returning zeros,
+subnormal digits or Inf. Logits or outputs ``f_i`` beyond 1.8e308 raise naming them.
+
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (gradient, normalized GD);
 Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .attention import log_softmax, logits_of
+from .attention import _log_softmax_raw, logits_of
 from .errors import NumericalError
-from .instance import Instance
-from .losses import Loss, LossLike, get_loss
+from .instance import Instance, pow2_split, split_rows
+from .losses import Loss, LossLike, _logistic_value, correlation, exponential, get_loss, logistic
+from .scaling import (
+    FLOAT_TINY,
+    LOG_FLOAT_MAX,
+    check_log_representable,
+    range_error,
+)
 
 __all__ = [
     "risk",
@@ -39,6 +55,7 @@ __all__ = [
     "risk_grad_textbook",
     "normalized_risk_grad",
     "GradDirection",
+    "GradientRangeError",
     "risk_of",
     "risk_grad_of",
     "normalized_risk_grad_of",
@@ -48,6 +65,16 @@ __all__ = [
 FloatArray = NDArray[np.float64]
 
 EPS = float(np.finfo(np.float64).eps)
+_LN2 = math.log(2.0)
+#: Safety factor of the plain gradient's underflow screen (:func:`risk_grad_of`): each weight
+#: ``w_it`` is a product of up to four factors, each losing ≤ 2^−1074 when it underflows.
+UNDERFLOW_SAFETY = 4.0
+#: The plain gradient is used only while every output is known to ±2^−20 or better (the
+#: log-domain path checks the exact condition, δf ≤ 1, where ``ℓ'(Y f)`` keeps a digit).
+PLAIN_F_SPREAD = 2.0**-20
+#: A sequence with an undetermined ``ℓ'`` is ignored when its largest possible term is below
+#: ``e^{−NEGLIGIBLE_LOG}`` (≈ 1e-20 < eps/100) of the largest determined one.
+NEGLIGIBLE_LOG = 46.0
 #: The normalized direction is refused when ``||∇L|| ≤ CANCELLATION_FACTOR·nT·eps·Σ|w_it| ||x_it|| ||z_i||``:
 #: below that, float64 cannot tell the gradient from the rounding of its own sum.
 CANCELLATION_FACTOR = 8
@@ -57,6 +84,19 @@ CANCELLED_MESSAGE = (
     f"(||∇L|| ≤ {CANCELLATION_FACTOR}·nT·eps × the sum of their magnitudes): W is stationary up to "
     "rounding and the normalized direction is undefined"
 )
+
+
+class GradientRangeError(NumericalError):
+    """``||∇L||`` is outside float64's normal range: :func:`risk_grad` refuses it.
+
+    ``log_norm`` is ``log||∇L||_F`` (exact, from the log-domain form), so an engine can tell an
+    underflow (``log_norm < 0``: the gradient has vanished to float64, normalized steps still work)
+    from an overflow.
+    """
+
+    def __init__(self, message: str, log_norm: float) -> None:
+        super().__init__(message)
+        self.log_norm = log_norm
 
 
 class GradDirection(NamedTuple):
@@ -73,20 +113,103 @@ class GradDirection(NamedTuple):
 def _finite(x: Any, what: str) -> Any:
     if not np.all(np.isfinite(x)):
         raise NumericalError(
-            f"{what} is not finite (NaN or Inf); check the loss (a custom loss may overflow) "
-            "or rescale the data"
+            f"{what} is not finite (NaN or Inf): it overflows float64's range [2.2e-308, 1.8e308]; "
+            "check the loss (a custom loss may overflow) or rescale the data"
         )
     return x
+
+
+class _Forward(NamedTuple):
+    """The forward pass in rescaled units: every array is O(1), the scales are exponents.
+
+    Per sequence ``i``: ``X_i = 2^ex_i Xs_i``, ``z_i = 2^ez_i zs_i``, ``a_i = vᵀx_i· = 2^ea_i a'_i``
+    (integer exponent arrays of shape ``(n,)``); ``log_s`` the true log weights (``−inf`` only below
+    −1.8e308); ``f`` the true outputs (raises when they overflow).
+    """
+
+    Xs: FloatArray
+    zs: FloatArray
+    a: FloatArray
+    amag: FloatArray
+    ex: NDArray[np.int64]
+    ez: NDArray[np.int64]
+    ea: NDArray[np.int64]
+    log_s: FloatArray
+    f: FloatArray
+
+
+def _forward_scaled(X: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray) -> _Forward:
+    Xs, ex = split_rows(X, 1)
+    zs, ez = split_rows(z, 1)
+    vs, ev = pow2_split(v)
+    a, ea = Xs @ vs, ex + ev  # values_split(X, v), reusing the split of X
+    amag = np.abs(Xs) @ np.abs(vs)  # Σ_k|v_k x_itk| in the same units: the values' rounding scale
+    log_s = _log_softmax_raw(logits_of(X, z, W))
+    core = np.sum(np.exp(log_s) * a, axis=1)
+    with np.errstate(over="ignore", under="ignore"):
+        f = np.ldexp(core, ea)  # f_i = 2^ea_i Σ_t s_it a'_it: a value vᵀx may overflow while f does not
+    if not np.all(np.isfinite(f)):
+        i = int(np.flatnonzero(~np.isfinite(f))[0])
+        raise range_error(
+            "the outputs f_i = Σ_t s_it vᵀx_it",
+            math.log(abs(float(core[i]))) + float(ea[i]) * _LN2,
+            remedy="The loss of a margin beyond 1.8e308 is not computable; scale v or X down",
+        )
+    return _Forward(Xs, zs, a, amag, ex, ez, ea, log_s, f)
+
+
+def _output_spread(fw: _Forward, W: FloatArray, loss: Any) -> FloatArray | None:
+    """``log δf_i``: ``f_i`` is known only to ``±δf_i``, and ``ℓ'`` moves by ``e^{±κ δf}``.
+
+    ``δf_i = [(T+d)·eps + 2δl_i]·Σ_t s_it|a_it|`` with ``δl_i = d²·eps·max_t Σ|x W z|`` (the logits'
+    rounding): ``f = Σ s a`` cancels when large values of both signs share the weight, and the
+    logistic or exponential ``ℓ'`` changes by the factor ``e^{±δf}`` (``|ℓ''/ℓ'| ≤ 1``), so beyond
+    ``κδf = 1`` (where ``e^{κδf} − 1 ≤ 2κδf`` fails) no digit of that sequence's term is known.
+    ``κ = |ℓ''/ℓ'|`` at the worst point ``u + δf``: ``σ(u + δf)`` for the logistic loss (flat for
+    ``u → −∞``), 1 for the exponential and any custom loss; ``None`` for the correlation loss
+    (``ℓ' = −1``).
+    """
+    if loss is correlation:
+        return None
+    n, T, d = fw.Xs.shape
+    Ws, ew = pow2_split(W)
+    lmag = np.einsum("ntd,nd->nt", np.abs(fw.Xs), np.abs(fw.zs) @ np.abs(Ws).T).max(axis=1)  # Σ|x'W'z'|
+    with np.errstate(divide="ignore", over="ignore", under="ignore"):
+        log_dl = np.log(d * d * EPS * lmag) + (fw.ex + fw.ez + ew) * _LN2
+        m = np.sum(np.exp(fw.log_s) * np.abs(fw.a), axis=1)
+        log_m = np.log(m) + fw.ea * _LN2
+        log_df = log_m + np.logaddexp(math.log((T + d) * EPS), math.log(2.0) + log_dl)
+    return log_df  # log δf_i; κ is applied by _refuse_undetermined, which knows u = Y f
 
 
 def _forward(
     X: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Token values ``a``, log weights ``log s`` and outputs ``f``."""
+    """Token values ``a``, log weights ``log s`` and outputs ``f`` (plain, may overflow; the caller
+    sets ``np.errstate``)."""
     a = X @ v
-    log_s = log_softmax(logits_of(X, z, W))
-    f = np.sum(np.exp(log_s) * a, axis=1)
+    log_s = _log_softmax_raw(logits_of(X, z, W))
+    f = (np.exp(log_s) * a).sum(axis=1)
     return a, log_s, f
+
+
+def _mean_scaled(vals: FloatArray) -> float:
+    """``mean(vals)`` without overflow of the sum (power-of-two rescaled)."""
+    vs, e = pow2_split(vals)
+    with np.errstate(over="ignore"):
+        return float(np.ldexp(np.mean(vs), e))
+
+
+def _log_loss_values(lo: Any, u: FloatArray) -> FloatArray | None:
+    """``log ℓ(u)`` for the built-in positive losses (``None`` for the others)."""
+    if lo is logistic:
+        # ℓ(u) = softplus(−u) = log1p(e^{−u}) for u > 0; log ℓ ≈ −u once e^{−u} < eps (u > 37).
+        with np.errstate(divide="ignore"):
+            direct = np.log(np.asarray(_logistic_value(u), dtype=np.float64))
+        return np.where(u > 37.0, -u + np.log1p(-0.5 * np.exp(-np.abs(u))), direct)
+    if lo is exponential:
+        return np.asarray(-u, dtype=np.float64)
+    return None
 
 
 # -------------------------------------------------------------- array forms
@@ -94,23 +217,241 @@ def risk_of(
     X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, loss: "Loss | LossLike"
 ) -> float:
     """Array form of :func:`risk` (no validation)."""
-    _, _, f = _forward(X, z, v, W)
-    return float(_finite(np.mean(loss.value(Y * f)), "the risk"))
+    fw = _forward_scaled(X, z, v, W)
+    u = Y * fw.f
+    logs = _log_loss_values(loss, u)
+    if logs is not None and float(np.max(logs)) > LOG_FLOAT_MAX - 1.0:
+        # The built-in positive losses: decide over/underflow from log ℓ (exact), not from ℓ.
+        log_risk = float(_masked_logsumexp(logs, np.isfinite(logs), axis=0)) - math.log(len(u))
+        check_log_representable("the risk L(W)", log_risk, remedy="Rescale the data or use the logistic loss")
+    vals = np.asarray(_finite(loss.value(u), "the loss ℓ(Y_i f_i)"), dtype=np.float64)
+    out = _mean_scaled(vals)
+    if not math.isfinite(out):
+        raise range_error("the risk L(W)", math.log(float(np.max(np.abs(vals)))))
+    if logs is not None and out < FLOAT_TINY:
+        # ℓ > 0 everywhere: a risk below the normal range is an underflow, not a 0.
+        log_risk = float(_masked_logsumexp(logs, np.isfinite(logs), axis=0)) - math.log(len(u))
+        check_log_representable("the risk L(W)", log_risk, remedy="Use the log-domain normalized_risk_grad")
+    return out
+
+
+def _refuse_undetermined(log_df: FloatArray, u: FloatArray, size_i: FloatArray, loss: Any) -> None:
+    """Raise when a sequence whose ``ℓ'`` is undetermined (``κδf > 1``) may matter to ``∇L``.
+
+    Its term can be as large as ``e^{δf}`` times the computed one (``ℓ'`` at ``u − δf``); it is
+    ignored only when even that stays ``e^{−NEGLIGIBLE_LOG}`` below the largest determined sequence.
+    """
+    df = np.exp(np.minimum(log_df, 700.0))
+    if loss is logistic:
+        # κ = σ(u + δf) ≤ 1: the logistic ℓ' is flat for u → −∞, where it is −1 whatever δf.
+        log_k = -np.logaddexp(0.0, -(u + df))
+    else:
+        log_k = np.zeros_like(u)
+    bad = (log_df + log_k > 0.0) & np.isfinite(size_i)
+    if not np.any(bad):
+        return
+    ok = np.isfinite(size_i) & ~bad
+    best_ok = float(np.max(size_i[ok])) if np.any(ok) else -math.inf
+    worst = size_i + df  # the term may grow by e^{δf} (ℓ' at u − δf)
+    matter = bad & (worst >= best_ok - NEGLIGIBLE_LOG)
+    if np.any(matter):
+        i = int(np.flatnonzero(matter)[0])
+        raise NumericalError(
+            f"the output f_{i} = Σ_t s_it vᵀx_it is known only to ±{float(df[i]):.3g} (values of both signs "
+            "cancel under rounded weights): the loss derivative ℓ'(Y_i f_i) is undetermined in float64 "
+            "(its relative error e^{δf} − 1 exceeds 1). Rescale v, or use the correlation loss"
+        )
+
+
+def _risk_grad_plain(
+    X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, loss: "Loss | LossLike"
+) -> FloatArray | None:
+    """The fast plain gradient, or ``None`` when it may have lost digits (under/overflow)."""
+    with np.errstate(all="ignore"):
+        a, log_s, f = _forward(X, z, v, W)
+        s = np.exp(log_s)
+        # Cancellation-free: a_it − f_i = Σ_u s_iu (a_it − a_iu). The textbook difference
+        # a_iα − f_i subtracts two nearly equal numbers once s_iα ≈ 1 and keeps only
+        # ~ −log10(1 − s_iα) of its 16 digits; each term here is exact to a few ulps.
+        centred = np.einsum("nu,ntu->nt", s, a[:, :, None] - a[:, None, :])
+        try:
+            dl = np.asarray(loss.derivative(Y * f), dtype=np.float64)
+        except NumericalError:
+            return None  # ℓ' overflows (exponential loss): the log-domain path decides
+        w = (dl * Y)[:, None] * s * centred / X.shape[0]
+        G = np.einsum("nt,ntd,ne->de", w, X, z)
+        # Weights and products that underflow each lose at most 2^−1074 (absolute) per factor: w_it
+        # (≤ 4 factors, and the d products of each value a = vᵀx) carries that error times |x||z|
+        # into G, and each product w·x·z in the sum
+        # loses ≤ 2^−1074 more. The plain result is accurate to eps (normwise) when
+        # max|G| ≥ UNDERFLOW_SAFETY·nT²d·FLOAT_TINY·[(1+|ℓ'|)(1+|c|+2|a|)·max|x|·max|z| + max|z| + 1]
+        # (FLOAT_TINY = 2^−1074/eps); the bracket is formed first so that it cannot underflow.
+        gmax = float(np.abs(G).max())
+        if not math.isfinite(gmax):
+            return None
+        # f = Σ s a is known only to ±[(T+d)·eps + 2δl]·Σ s|a| (δl the logits' rounding, at most
+        # d²·eps·max|x|·max|W|·max|z|): where that may reach PLAIN_F_SPREAD, ℓ'(Y f) may have lost its
+        # digits; the log-domain path decides exactly (and raises).
+        if loss is not correlation:
+            n_, T_, d_ = X.shape
+            dl_bound = (
+                d_ * d_ * EPS * float(np.abs(X).max()) * float(np.abs(W).max()) * float(np.abs(z).max())
+            )
+            spread = ((T_ + d_) * EPS + 2.0 * dl_bound) * float((s * np.abs(a)).sum(axis=1).max())
+            if not spread < PLAIN_F_SPREAD:
+                return None
+        zmax = float(np.abs(z).max())
+        bracket = (
+            (1.0 + float(np.abs(dl).max()))
+            * (1.0 + float(np.abs(centred).max()) + 2.0 * float(np.abs(a).max()))
+            * float(np.abs(X).max())
+            * zmax
+            + zmax
+            + 1.0
+        )
+        n, T, d = X.shape
+        level = UNDERFLOW_SAFETY * n * T * T * d * FLOAT_TINY * bracket
+    if not (math.isfinite(level) and gmax >= level):
+        return None
+    return G
+
+
+class _LogGrad(NamedTuple):
+    """``∇L = e^top · 2^e2 · G``; ``magnitude`` = ``Σ|scaled_it||x_it||z_i|`` in the same units."""
+
+    G: FloatArray
+    top: float
+    e2: int
+    magnitude: float
+    zero: bool  # every term is exactly 0: ∇L = 0
+    value_error: float = 0.0  # the values' rounding carried into G (same units), see _log_grad
+
+    @property
+    def log_factor(self) -> float:
+        return self.top + self.e2 * _LN2
+
+
+def _log_grad(
+    X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, loss: "Loss | LossLike"
+) -> _LogGrad:
+    """The gradient from log-magnitudes and power-of-two rescaled data (see the module docstring)."""
+    n = X.shape[0]
+    fw = _forward_scaled(X, z, v, W)
+    log_kdf = _output_spread(fw, W, loss)
+    a, log_s = fw.a, fw.log_s
+    diff = a[:, :, None] - a[:, None, :]  # (n, T, T): (a_it − a_iu)·2^−ea, |diff| ≤ 2d
+    with np.errstate(divide="ignore"):
+        terms = log_s[:, None, :] + np.log(np.abs(np.where(diff == 0, 1.0, diff)))
+    # log|Σ_u s_iu (a_it − a_iu)| as log(P − N) with P, N the positive and negative parts,
+    # each a log-sum-exp, so nothing underflows however small the weights are.
+    log_p = _masked_logsumexp(terms, diff > 0, axis=2)
+    log_n = _masked_logsumexp(terms, diff < 0, axis=2)
+    hi, lo = np.maximum(log_p, log_n), np.minimum(log_p, log_n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_c = hi + np.log1p(-np.exp(lo - hi))  # −inf when P = N exactly (c = 0)
+    log_c = np.where(np.isneginf(hi), -np.inf, log_c)
+    sign_c = np.where(log_p > log_n, 1.0, np.where(log_p < log_n, -1.0, 0.0))
+    sign_l, log_l = signed_log_derivative(loss, Y * fw.f)
+    log_w = log_l[:, None] + log_s + log_c - np.log(n)
+    sign_w = (sign_l * Y)[:, None] * sign_c
+    # Each term's size in G is |w_it|·||x'_it||·||z'_i||: include the norms when choosing the largest
+    # (a sequence with z_i = 0 contributes nothing, however large its weights).
+    norms = np.linalg.norm(fw.Xs, axis=2) * np.linalg.norm(fw.zs, axis=1)[:, None]
+    with np.errstate(divide="ignore"):
+        log_norms = np.log(norms)
+    log_wn = log_w + log_norms
+    live = np.isfinite(log_wn) & (sign_w != 0)
+    if not np.any(live):
+        zero = not np.any(np.isneginf(log_s) & (sign_w != 0) & (norms > 0))
+        return _LogGrad(np.zeros((X.shape[2], X.shape[2])), 0.0, 0, 0.0, zero)
+    # Sequence i contributes e^{log_w_it} · 2^{E_i} · x'_it z'_iᵀ with the integer E_i = ea_i + ex_i + ez_i
+    # (the data's scale, kept exact) and |x'|, |z'| < 1. Factor out the largest sequence,
+    # e^top · 2^E*, and rescale the others by 2^(q_i + E_i − E*) · e^{r_i}, q_i ln2 + r_i = top_i − top.
+    E = fw.ea + fw.ex + fw.ez
+    lw = np.where(live, log_wn, -np.inf)
+    top_i = np.max(lw, axis=1)
+    has = np.isfinite(top_i)
+    size_i = np.where(has, top_i + E * _LN2, -np.inf)  # log of each sequence's largest term
+    if log_kdf is not None:
+        _refuse_undetermined(log_kdf, Y * fw.f, size_i, loss)
+    star = int(np.argmax(size_i))
+    top, E_star = float(top_i[star]), int(E[star])
+    # D ≤ 0; below −4000 the sequence is 0 to every double's precision (clip keeps q ln2 + r exact).
+    D = np.maximum(np.where(has, top_i - top, 0.0), -4000.0)
+    q = np.floor(D / _LN2)
+    r = D - q * _LN2
+    # Clipped: a shift below −4000 leaves 0 either way (doubles end at 2^−1074), and it fits an int.
+    shift = np.clip(np.where(has, q + E - E_star, 0), -4000, 4000).astype(np.int64)
+    with np.errstate(under="ignore"):  # terms below 2^−1074 of the largest are 0 to that accuracy
+        within = np.exp(np.where(live, log_wn - np.where(has, top_i, 0.0)[:, None], -np.inf))  # ≤ 1
+        sized = np.ldexp(within * np.exp(r)[:, None], shift[:, None])  # |w_it|·||x'||·||z'||, scaled
+        scaled = sign_w * sized / np.where(norms > 0, norms, 1.0)
+        # The values' own rounding, d·eps·Σ_k|v_k x_k| per value, enters every difference a_it − a_iu
+        # (u ≠ t; a_it − a_it = 0 exactly): the term's error is
+        # |ℓ'|·s_it·d·eps·Σ_{u≠t} s_iu (|a|_it + |a|_iu)/n, in the units of `scaled` (log-sum-exp).
+        T = X.shape[1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pair = log_s[:, None, :] + np.log(fw.amag[:, :, None] + fw.amag[:, None, :])
+            log_mix = _masked_logsumexp(pair, np.broadcast_to(~np.eye(T, dtype=bool), pair.shape), axis=2)
+            log_vr = log_l[:, None] + log_s + log_mix + math.log(X.shape[2] * EPS) - np.log(n) + log_norms
+        vr_ok = np.isfinite(log_vr) & has[:, None]
+        vr = np.where(
+            vr_ok,
+            np.ldexp(
+                np.exp(np.minimum(np.where(vr_ok, log_vr, 0.0) - np.where(has, top_i, 0.0)[:, None], 700.0))
+                * np.exp(r)[:, None],
+                shift[:, None],
+            ),
+            0.0,
+        )
+    G = np.einsum("nt,ntd,ne->de", scaled, fw.Xs, fw.zs)
+    magnitude = float(np.sum(sized))
+    value_error = float(np.sum(vr))
+    return _LogGrad(G, top, E_star, magnitude, False, value_error)
+
+
+def _times_exp(G: FloatArray, top: float, e2: int) -> FloatArray:
+    """``G · e^top · 2^e2`` without overflow or underflow of the factor itself.
+
+    The power of two is applied exactly (``ldexp``); only ``e^r``, ``r = top − k ln 2 ∈ [0, ln 2)``,
+    is rounded, so the data's scale adds no error (``top`` carries that of the log weights).
+    """
+    k = math.floor(top / _LN2)
+    return np.ldexp(G * math.exp(top - k * _LN2), k + e2)
 
 
 def risk_grad_of(
     X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, loss: "Loss | LossLike"
 ) -> FloatArray:
-    """Array form of :func:`risk_grad` (no validation)."""
-    a, log_s, f = _forward(X, z, v, W)
-    s = np.exp(log_s)
-    # Cancellation-free: a_it − f_i = Σ_u s_iu (a_it − a_iu). The textbook difference
-    # a_iα − f_i subtracts two nearly equal numbers once s_iα ≈ 1 and keeps only
-    # ~ −log10(1 − s_iα) of its 16 digits; each term here is exact to a few ulps.
-    centred = np.einsum("nu,ntu->nt", s, a[:, :, None] - a[:, None, :])
-    dl = _finite(loss.derivative(Y * f), "the loss derivative")
-    w = (dl * Y)[:, None] * s * centred / X.shape[0]
-    return np.einsum("nt,ntd,ne->de", w, X, z)
+    """Array form of :func:`risk_grad` (no validation).
+
+    The plain product form is used when it is safe (the common case, hot in GD loops); near the
+    ends of float64's range the gradient is rebuilt from the log-domain form, or refused with
+    :class:`GradientRangeError` (a :class:`~attnsvm.NumericalError` carrying ``log_norm``: engines
+    catch it to stop plain GD with "gradient underflow").
+    """
+    G = _risk_grad_plain(X, Y, z, v, W, loss)
+    if G is not None:
+        return G
+    lg = _log_grad(X, Y, z, v, W, loss)
+    d = X.shape[2]
+    if lg.zero:
+        return np.zeros((d, d))
+    remedy = "Use normalized_risk_grad, which returns the direction and log||∇L|| exactly at any scale"
+    gmax = float(np.max(np.abs(lg.G))) if lg.G.size else 0.0
+    if gmax == 0.0:
+        # The contributions cancel exactly in float64 (e.g. a sequence repeated with the opposite
+        # label): 0 is the answer to the documented absolute accuracy nT·eps·Σ|w_it||x_it||z_i|.
+        return np.zeros((d, d))
+    log_norm = lg.log_factor + math.log(gmax) + math.log(float(np.linalg.norm(lg.G / gmax)))
+    # Below FLOAT_TINY the entries would be subnormal, with fewer than 53 significant bits.
+    try:
+        check_log_representable("the risk gradient ∇L(W) (Frobenius norm)", log_norm, remedy=remedy)
+    except NumericalError as exc:
+        raise GradientRangeError(str(exc), log_norm) from None
+    with np.errstate(under="ignore"):
+        out = _times_exp(lg.G, lg.top, lg.e2)
+    return _finite(out, "the risk gradient ∇L(W)")
 
 
 def signed_log_derivative(loss: "Loss | LossLike", u: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -136,31 +477,13 @@ def normalized_risk_grad_of(
     X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, loss: "Loss | LossLike"
 ) -> GradDirection:
     """Array form of :func:`normalized_risk_grad` (no validation)."""
-    n = X.shape[0]
-    a, log_s, f = _forward(X, z, v, W)
-    diff = a[:, :, None] - a[:, None, :]  # (n, T, T): a_it − a_iu
-    terms = log_s[:, None, :] + np.log(np.abs(np.where(diff == 0, 1.0, diff)))
-    # log|Σ_u s_iu (a_it − a_iu)| as log(P − N) with P, N the positive and negative parts,
-    # each a log-sum-exp, so nothing underflows however small the weights are.
-    log_p = _masked_logsumexp(terms, diff > 0, axis=2)
-    log_n = _masked_logsumexp(terms, diff < 0, axis=2)
-    hi, lo = np.maximum(log_p, log_n), np.minimum(log_p, log_n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_c = hi + np.log1p(-np.exp(lo - hi))  # −inf when P = N exactly (c = 0)
-    log_c = np.where(np.isneginf(hi), -np.inf, log_c)
-    sign_c = np.where(log_p > log_n, 1.0, np.where(log_p < log_n, -1.0, 0.0))
-    sign_l, log_l = signed_log_derivative(loss, Y * f)
-    log_w = log_l[:, None] + log_s + log_c - np.log(n)
-    sign_w = (sign_l * Y)[:, None] * sign_c
-    live = np.isfinite(log_w) & (sign_w != 0)
-    if not np.any(live):
+    lg = _log_grad(X, Y, z, v, W, loss)
+    if lg.zero or lg.magnitude == 0.0:
         raise NumericalError(
             "the risk gradient is exactly zero at this W (every sequence has equal token values "
             "or a zero loss derivative): W is stationary and the normalized direction is undefined"
         )
-    top = float(np.max(log_w[live]))
-    scaled = np.where(live, sign_w * np.exp(np.where(live, log_w, top) - top), 0.0)
-    G = np.einsum("nt,ntd,ne->de", scaled, X, z)
+    G = lg.G
     # Normalise by max|G| before the norm: ||G|| squares the entries, which underflows below
     # ~1e-154 (tiny queries, or a saturated sequence led by a zero token) although G is normal.
     gmax = float(np.max(np.abs(G)))
@@ -169,11 +492,11 @@ def normalized_risk_grad_of(
     # ||G|| below the rounding level of its own sum means the contributions cancel (e.g. a
     # sequence repeated with the opposite label): what is left is rounding noise, not a direction.
     # Each entry of G sums nT products, so its error is ≤ nT·eps·Σ|scaled_it||x_it||z_i| (Frobenius).
-    magnitude = float(np.sum(np.abs(scaled) * np.linalg.norm(X, axis=2) * np.linalg.norm(z, axis=1)[:, None]))
-    bound = CANCELLATION_FACTOR * X.shape[0] * X.shape[1] * EPS * magnitude
+    # ... and the values' own rounding (a_it − a_iu of two nearly equal values keeps few digits).
+    bound = CANCELLATION_FACTOR * (X.shape[0] * X.shape[1] * EPS * lg.magnitude + lg.value_error)
     if not gmax > 0 or not np.isfinite(norm) or not gmax * norm > bound:
         raise NumericalError(CANCELLED_MESSAGE)
-    return GradDirection(unit / norm, top + float(np.log(gmax)) + float(np.log(norm)))
+    return GradDirection(unit / norm, lg.log_factor + math.log(gmax) + math.log(norm))
 
 
 # ---------------------------------------------------------------- public API
@@ -184,6 +507,10 @@ def risk(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> f
       inst: the data.
       W: attention matrix, shape ``(d, d)``, finite.
       loss: ``"logistic"``, ``"exponential"``, ``"correlation"`` or a loss object.
+
+    Scale: any finite data; to ``≲ (d+T)·eps`` relative for the built-in losses. Raises
+    :class:`~attnsvm.NumericalError` when a logit, an output ``f_i`` or the risk itself leaves
+    [2.2e-308, 1.8e308] (a positive risk below it is refused, never returned as 0).
     """
     lo = get_loss(loss)
     Wa = inst.check_weights(W)
@@ -194,6 +521,12 @@ def risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic")
     """Gradient ``∇L(W) = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it (vᵀx_it − f_i) x_it z_iᵀ``, shape ``(d, d)``.
 
     Computed in the cancellation-free form ``vᵀx_it − f_i = Σ_u s_iu (vᵀx_it − vᵀx_iu)``.
+
+    Scale: any finite data; normwise error ``≲ nT(d+T)·eps·Σ_it|w_it||x_it||z_i|`` (relative to
+    ``||∇L||`` when the contributions do not cancel). Returned when ``||∇L||_F`` lies in
+    [2.2e-308, 1.8e308] (or is 0); otherwise raises :class:`~attnsvm.NumericalError` pointing to
+    :func:`normalized_risk_grad` (never a subnormal or Inf gradient). Also raises when a logit or an
+    output ``f_i`` exceeds 1.8e308.
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898, eq. for ∇L.
     """
@@ -207,14 +540,20 @@ def risk_grad_textbook(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "l
 
     Kept as the baseline that tests and benchmarks compare against: once ``s_iα`` is
     within ``δ`` of 1 it loses about ``−log10 δ`` digits. Do not use it for GD.
+
+    Scale: moderate data only (no rescaling); raises :class:`~attnsvm.NumericalError` instead of
+    returning NaN/Inf when an intermediate overflows. Its documented inaccuracy stays.
     """
     lo = get_loss(loss)
     Wa = inst.check_weights(W)
-    a, log_s, f = _forward(inst.X, inst.z, inst.v, Wa)
-    s = np.exp(log_s)
+    with np.errstate(over="ignore", invalid="ignore"):
+        a, log_s, f = _forward(inst.X, inst.z, inst.v, Wa)
+        s = np.exp(log_s)
     dl = _finite(lo.derivative(inst.Y * f), "the loss derivative")
-    w = (dl * inst.Y)[:, None] * s * (a - f[:, None]) / inst.n  # naive: cancels at saturation
-    return np.einsum("nt,ntd,ne->de", w, inst.X, inst.z)
+    with np.errstate(all="ignore"):
+        w = (dl * inst.Y)[:, None] * s * (a - f[:, None]) / inst.n  # naive: cancels at saturation
+        G = np.einsum("nt,ntd,ne->de", w, inst.X, inst.z)
+    return _finite(G, "the textbook risk gradient (use risk_grad, which rescales)")
 
 
 def normalized_risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> GradDirection:
@@ -222,6 +561,12 @@ def normalized_risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = 
 
     Stays exact when ``∇L`` underflows (``||W||`` in the thousands): normalized GD is
     ``W ← W − η · direction``. Raises :class:`NumericalError` when the gradient is exactly 0.
+
+    Scale: any finite data; the direction is invariant under power-of-two rescaling of ``X``,
+    ``z``, ``v`` (with ``W`` keeping the logits) and ``log_norm`` shifts by the log of the factor.
+    Direction to ``≲ nT(d+T)·eps`` normwise; ``log_norm`` to that absolute. Raises
+    :class:`~attnsvm.NumericalError` when a logit or an output ``f_i`` exceeds 1.8e308 (naming it),
+    or when the contributions cancel to rounding level.
     """
     lo = get_loss(loss)
     Wa = inst.check_weights(W)

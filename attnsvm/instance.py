@@ -16,6 +16,7 @@ tokens); Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (Att-SVM data mod
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .errors import InvalidInstanceError, TiedScoresError, unknown_name
+from .scaling import FLOAT_TINY, ldexp_scale, pow2_exponent, range_error
 
 __all__ = ["Instance", "random_instance", "FAMILIES", "TIE_RTOL", "as_real_array"]
 
@@ -30,11 +32,51 @@ FloatArray = NDArray[np.float64]
 
 FAMILIES = ("gaussian", "unit", "self_attention")
 
-#: Two best scores closer than ``TIE_RTOL * max(1, max|γ_i|)`` count as a tie.
+#: Two best scores closer than ``TIE_RTOL · max_t Σ_k |v_k x_itk|`` count as a tie.
 #: ``γ_it = Y_i vᵀx_it`` is a length-``d`` dot product whose float64 rounding error is
-#: at most ``d·eps·Σ|v_k x_k|``; 64 eps covers ``d`` up to 64 at unit-size data and
-#: flags exact ties (duplicated tokens), which is what the check is for.
+#: at most ``d·eps·Σ_k|v_k x_itk|`` (Higham 2002, §3.1); 64 eps covers ``d`` up to 64, and the
+#: tolerance scales with the data (``X → cX`` or ``v → cv`` leaves the test unchanged). Exact ties
+#: (duplicated tokens) are always flagged, which is what the check is for.
 TIE_RTOL = 64 * np.finfo(np.float64).eps
+#: Smallest positive (subnormal) double, ``2^−1074``: the absolute rounding error of a product
+#: that underflows in the rescaled data.
+_TRUE_MIN = 2.0**-1074
+_LN2 = math.log(2.0)
+
+
+def pow2_split(a: ArrayLike) -> tuple[NDArray[np.float64], int]:
+    """``(a·2^−e, e)`` with the largest entry of ``a·2^−e`` in ``[½, 1)`` (exact power-of-two scaling)."""
+    e = pow2_exponent(a)
+    return ldexp_scale(a, e), e
+
+
+def split_rows(a: ArrayLike, lead: int = 1) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """Per-block power-of-two scaling: ``(a', e)`` with ``a = a' · 2^e`` blockwise.
+
+    ``e`` has the shape of the first ``lead`` axes of ``a``; each block (the remaining axes) is
+    divided by the power of two that brings its largest entry into ``[½, 1)`` (an all-zero block
+    keeps ``e = 0``). Exact for every normal entry. Scaling each row (sequence, query, token
+    difference) on its own, rather than the whole array, keeps rows of very different size
+    from underflowing against the largest one.
+    """
+    arr = np.asarray(a, dtype=np.float64)
+    axes = tuple(range(lead, arr.ndim))
+    m = np.max(np.abs(arr), axis=axes, initial=0.0) if axes else np.abs(arr)
+    _, e = np.frexp(np.where(m > 0, m, 1.0))
+    e = np.where(m > 0, e, 0).astype(np.int64)
+    return np.ldexp(arr, -e.reshape(e.shape + (1,) * len(axes))), e
+
+
+def values_split(X: ArrayLike, v: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """``(a', e)`` with ``vᵀx_it = a'_it · 2^e_i``, ``a' = X'_i v'`` from per-sequence rescaled ``X``.
+
+    ``|a'| ≤ d``: no product overflows, whatever the size of ``X`` and ``v``; each sequence is
+    scaled on its own, so a sequence far smaller than another keeps its digits. Products that
+    underflow in the rescaled data lose at most ``2^−1074`` relative to ``max|x_i·|·max|v|``.
+    """
+    Xs, ex = split_rows(X, 1)
+    vs, ev = pow2_split(v)
+    return Xs @ vs, ex + ev
 
 
 def as_real_array(value: ArrayLike, name: str, ndim: int | None = None) -> FloatArray:
@@ -152,31 +194,71 @@ class Instance:
 
     # ------------------------------------------------------------- token scores
     def values(self) -> FloatArray:
-        """Token values ``a_it = vᵀx_it``, shape ``(n, T)``."""
-        return self.X @ self.v
+        """Token values ``a_it = vᵀx_it``, shape ``(n, T)``.
+
+        Scale: any finite data; each value to absolute error ``≲ d·eps·Σ_k|v_k x_itk|`` (plus
+        ``d·2^−1074·max|x_i··|·max|v|``, products lost against the sequence's largest). Raises
+        :class:`~attnsvm.NumericalError` when a value exceeds 1.8e308, or when a nonzero
+        ``Σ_k|v_k x_itk|`` is below 2.2e-308 (the value would lose its digits to underflow).
+        """
+        Xs, ex = split_rows(self.X, 1)
+        vs, ev = pow2_split(self.v)
+        a = Xs @ vs
+        mag = np.abs(Xs) @ np.abs(vs)
+        e = (ex + ev)[:, None]
+        with np.errstate(over="ignore", under="ignore"):
+            out = np.ldexp(a, e)
+            m = np.ldexp(mag, e)
+        if not np.all(np.isfinite(out)):
+            r = np.argwhere(~np.isfinite(out))[0]
+            raise range_error(
+                "the token values vᵀx_it", math.log(abs(float(a[tuple(r)]))) + float(e[r[0], 0]) * _LN2
+            )
+        low = (mag > 0) & (m < FLOAT_TINY)
+        if np.any(low):
+            r = np.argwhere(low)[0]
+            raise range_error(
+                "the token values vᵀx_it (the size Σ_k|v_k x_itk| of a nonzero one)",
+                math.log(float(mag[tuple(r)])) + float(e[r[0], 0]) * _LN2,
+                remedy="Scale v or X up (optimal_tokens does not need the values themselves)",
+            )
+        return out
 
     def scores(self) -> FloatArray:
-        """Token scores ``γ_it = Y_i vᵀx_it``, shape ``(n, T)``."""
+        """Token scores ``γ_it = Y_i vᵀx_it``, shape ``(n, T)``.
+
+        Scale: as :meth:`values`.
+        """
         return self.Y[:, None] * self.values()
 
     def optimal_tokens(self) -> NDArray[np.intp]:
         """``opt_i = argmax_t γ_it``, shape ``(n,)``.
 
         Raises :class:`TiedScoresError` naming the first sequence whose two best scores
-        agree to ``TIE_RTOL`` (relative), since the optimal token is then undefined.
+        agree to ``TIE_RTOL · max_t Σ_k|v_k x_itk|`` (their rounding level), since the optimal
+        token is then undefined.
+
+        Scale: any finite data, never over/underflows: the scores of each sequence are formed from
+        its tokens and ``v`` rescaled by powers of two (argmax and ties are invariant under
+        ``X → cX``, ``v → cv``, ``c > 0``), so the answer is the same at every scale.
         """
-        gamma = self.scores()
+        Xs, _ = split_rows(self.X, 1)  # each sequence on its own: argmax and ties are per sequence
+        vs, _ = pow2_split(self.v)
+        gamma = self.Y[:, None] * (Xs @ vs)  # γ_i· · 2^−(ex_i+ev): |γ'| ≤ d
+        # Rounding level of each score, Σ_k|v_k x_itk| (scale-equivariant, unlike max(1, |γ|)),
+        # plus d products that may have underflowed in the rescaled data.
+        level = np.max(np.abs(Xs) @ np.abs(vs), axis=1) + self.d * _TRUE_MIN
         opt = np.argmax(gamma, axis=1)
         top2 = np.sort(gamma, axis=1)[:, -2:]
-        scale = np.maximum(1.0, np.max(np.abs(gamma), axis=1))
-        tied = np.flatnonzero(top2[:, 1] - top2[:, 0] <= TIE_RTOL * scale)
+        tol = TIE_RTOL * level
+        tied = np.flatnonzero(top2[:, 1] - top2[:, 0] <= tol)
         if tied.size:
             i = int(tied[0])
-            best = np.flatnonzero(gamma[i] >= top2[i, 1] - TIE_RTOL * scale[i])
+            best = np.flatnonzero(gamma[i] >= top2[i, 1] - tol[i])
             raise TiedScoresError(
-                f"sequence {i} has a tie for the best token score: tokens {best.tolist()} all score "
-                f"{top2[i, 1]:.17g}; the optimal token is undefined. Pass an explicit alpha, "
-                "or perturb the data."
+                f"sequence {i} has a tie for the best token score: tokens {best.tolist()} score "
+                f"within the rounding level {TIE_RTOL:.3g}·Σ_k|v_k x_itk| of each other; the optimal "
+                "token is undefined. Pass an explicit alpha, or perturb the data."
             )
         return opt
 

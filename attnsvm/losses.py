@@ -77,7 +77,8 @@ def _exp_checked(x: Any) -> Any:
     size = x.numel() if xp is not np else x.size
     if size and float(x.max()) > EXP_OVERFLOW:
         raise NumericalError(
-            "exponential loss overflows float64 at margin u < -709.78 (e^{-u} > 1.8e308); "
+            f"the exponential loss e^{{-u}} is about 1e{float(x.max()) / math.log(10.0):+.0f}: it overflows "
+            "float64's normal range [2.2e-308, 1.8e308] (margin u < -709.78); "
             "rescale the data or use the logistic loss"
         )
     return xp.exp(x)

@@ -1,0 +1,539 @@
+"""Scale sweep of the model core (issue 13 §2): every function, data scaled by 2^j over float64's range.
+
+Data: :func:`attnsvm.strategies.scaled_instances` multiplies ``X``, ``z`` and ``v`` by exact
+powers of two ``2^jx``, ``2^jz``, ``2^jv``, each exponent drawn over the whole range that keeps
+every entry a normal double and shrinking towards 0, on every instance family (``gaussian``,
+``unit``, ``uniform``) and, for the gradient, on :func:`~attnsvm.strategies.feasible_instances`
+with saturated weights. ``W`` is a moderate (or saturated) matrix rescaled by
+``2^−(jx+jz)+kw`` as far as ``W`` stays a normal double: with ``kw = 0`` the logits keep their
+size where float64 allows it, and ``kw`` drawn over the range moves them to saturation, overflow
+or underflow.
+
+Oracle: an mpmath evaluation at ``ORACLE_DPS`` digits from the exact float64 inputs (mpmath
+numbers neither overflow nor underflow, so it is the answer at any scale), and for
+``optimal_tokens`` exact invariance under the scaling. Each property passes when the function
+returns the oracle's answer to its documented bound, or raises ``NumericalError`` whose message
+names the range, and it may raise only when the oracle says the answer (or a quantity the
+docstring names: a logit, an output ``f_i``) is outside float64's range (``RANGE_SLACK`` at the
+edges). Outcomes are counted with ``hypothesis.event``; no example is discarded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import mpmath
+import numpy as np
+from hypothesis import event, given, settings, target
+from hypothesis import strategies as st
+
+import attnsvm as A
+from attnsvm import strategies as S
+from attnsvm.errors import NumericalError, TiedScoresError
+from attnsvm.grad import CANCELLATION_FACTOR
+from attnsvm.instance import Instance
+
+EPS = float(np.finfo(np.float64).eps)
+FLOAT_MAX = float(np.finfo(np.float64).max)
+FLOAT_TINY = float(np.finfo(np.float64).tiny)
+#: Spacing of subnormal doubles: the absolute error of any result rounded below FLOAT_TINY.
+SUBNORMAL_ULP = 2.0**-1074
+#: Digits of the oracle: inputs are exact, every oracle quantity is a short sum/product with
+#: relative error ~1e-40, far below float64's 1e-16 (logits up to ~1e4 lose 4 in exp).
+ORACLE_DPS = 40
+#: A function decides over/underflow from its own rounded log-magnitudes (relative error ≪ 1):
+#: within a factor RANGE_SLACK of FLOAT_MAX or FLOAT_TINY either outcome is right.
+RANGE_SLACK = 4.0
+#: Roundings per computed quantity (dot products of length ≤ d ≤ 5 are counted separately as
+#: d·eps; this counts the exp/log/division/sum steps after them): 16 leaves a factor ~2 over
+#: the count in each function's docstring.
+ULPS = 16.0
+#: The message of every scale-contract error names the range (or, for the direction, the
+#: rounding level / exact zero it refuses at).
+RANGE_MESSAGE = r"1\.8e308|2\.2e-308|normal range"
+#: What the normalized direction says where it refuses a gradient that is 0 or rounding noise.
+DIRECTION_MESSAGE = RANGE_MESSAGE + r"|rounding level|exactly zero|undetermined"
+#: What the gradient says where an output f_i is known only to ±δf > 1 (ℓ'(Y f) has no digit).
+GRAD_MESSAGE = RANGE_MESSAGE + r"|undetermined"
+
+FAMILIES = st.sampled_from(S.INSTANCE_FAMILIES).flatmap(lambda f: S.instances(family=f))
+SCALED = S.scaled_instances(FAMILIES)
+GRAD_BASE = st.one_of(FAMILIES, S.feasible_instances())
+
+
+def _mp(x: float) -> mpmath.mpf:
+    return mpmath.mpf(float(x))
+
+
+@st.composite
+def cases(
+    draw: Any, base: st.SearchStrategy[Instance] = FAMILIES, scale: tuple[float, float] = (1e-2, 1e2)
+) -> tuple[S.ScaledInstance, np.ndarray]:
+    """A scaled instance and ``W = 2^k W0``, ``k`` as close to ``−(jx+jz) + kw`` as keeps ``W`` normal.
+
+    ``kw`` moves the logits themselves: half the draws within ``2^±8`` of their moderate size, half
+    anywhere in the range (saturated softmax, logits beyond 1.8e308, logits below 2.2e-308); it
+    shrinks to 0.
+    """
+    si = draw(S.scaled_instances(base))
+    W0 = draw(S.weight_matrices(si.inst.d, scale))
+    kw = draw(st.one_of(st.integers(-8, 8), st.integers(-1100, 1100)))
+    lo, hi = S.exponent_range(W0)
+    k = min(max(-(si.jx + si.jz) + kw, lo), hi)
+    return si, np.ldexp(W0, k)
+
+
+class Oracle:
+    """Logits, weights, values, outputs and their error magnitudes in mpmath, per sequence."""
+
+    def __init__(self, inst: Instance, W: np.ndarray) -> None:
+        n, T, d = inst.shape
+        with mpmath.workdps(ORACLE_DPS):
+            Wm = [[_mp(W[k, j]) for j in range(d)] for k in range(d)]
+            v = [_mp(c) for c in inst.v]
+            self.X = [[[_mp(c) for c in inst.X[i, t]] for t in range(T)] for i in range(n)]
+            self.z = [[_mp(c) for c in inst.z[i]] for i in range(n)]
+            self.l, self.lmag, self.a, self.amag, self.log_s, self.s = [], [], [], [], [], []
+            for i in range(n):
+                Wz = [mpmath.fsum(Wm[k][j] * self.z[i][j] for j in range(d)) for k in range(d)]
+                aWz = [mpmath.fsum(abs(Wm[k][j] * self.z[i][j]) for j in range(d)) for k in range(d)]
+                xs = self.X[i]
+                self.l.append([mpmath.fsum(x[k] * Wz[k] for k in range(d)) for x in xs])
+                self.lmag.append([mpmath.fsum(abs(x[k]) * aWz[k] for k in range(d)) for x in xs])
+                self.a.append([mpmath.fsum(x[k] * v[k] for k in range(d)) for x in xs])
+                self.amag.append([mpmath.fsum(abs(x[k] * v[k]) for k in range(d)) for x in xs])
+                m = max(self.l[i])
+                lse = m + mpmath.log(mpmath.fsum(mpmath.exp(li - m) for li in self.l[i]))
+                self.log_s.append([li - lse for li in self.l[i]])
+                self.s.append([mpmath.exp(ls) for ls in self.log_s[i]])
+            self.f = [mpmath.fsum(s * a for s, a in zip(self.s[i], self.a[i], strict=True)) for i in range(n)]
+            self.fmag = [
+                mpmath.fsum(s * a for s, a in zip(self.s[i], self.amag[i], strict=True)) for i in range(n)
+            ]
+        self.n, self.T, self.d = n, T, d
+        self.Y = inst.Y
+        self.xmax = [float(np.max(np.abs(inst.X[i]))) for i in range(n)]
+        self.zmax = [float(np.max(np.abs(inst.z[i]))) for i in range(n)]
+        self.wmax = float(np.max(np.abs(W)))
+
+    def logit_err(self, i: int) -> mpmath.mpf:
+        """The documented logit accuracy of sequence ``i``:
+        ``d²·eps·Σ|x W z| + d²·2^−1074·(1 + max|x_i|·max|W|·max|z_i|)``."""
+        with mpmath.workdps(ORACLE_DPS):
+            size = 1 + _mp(self.xmax[i]) * _mp(self.wmax) * _mp(self.zmax[i])  # no float overflow
+            return ULPS * self.d * self.d * EPS * max(self.lmag[i]) + self.d * self.d * SUBNORMAL_ULP * size
+
+    def logits_overflow(self) -> bool:
+        return any(abs(li) > FLOAT_MAX / RANGE_SLACK for row in self.l for li in row)
+
+    def outputs_overflow(self) -> bool:
+        return any(abs(f) > FLOAT_MAX / RANGE_SLACK for f in self.f)
+
+    def f_err(self, i: int) -> mpmath.mpf:
+        """|δf_i| ≤ Σ_t s|a|·(2δl + (d+T)·ULPS·eps) + 2^−1074·max_t|a| (terms lost against the largest)."""
+        rel = 2 * self.logit_err(i) + (self.d + self.T) * ULPS * EPS
+        return self.fmag[i] * rel + self.T * SUBNORMAL_ULP * max(self.amag[i])
+
+
+def _raised(exc: NumericalError, why: str, message: str = RANGE_MESSAGE) -> None:
+    assert re.search(message, str(exc)), f"the error does not name the range: {exc}"
+    event(f"raised: {why}")
+
+
+def _ratio(err: Any, bound: Any) -> float:
+    """``err / bound`` (an exact 0 error passes any bound, also a zero one)."""
+    return 0.0 if err == 0 else (float(err / bound) if bound > 0 else math.inf)
+
+
+def _expect(call: Callable[[], Any], may_raise: bool, why: str, message: str = RANGE_MESSAGE) -> Any:
+    """Run ``call``; a NumericalError is accepted only when the oracle allows it."""
+    try:
+        out = call()
+    except NumericalError as exc:
+        assert may_raise, f"raised although the oracle's answer is representable: {exc}"
+        _raised(exc, why, message)
+        return None
+    event("returned")
+    return out
+
+
+# ------------------------------------------------------------------------ logits
+@given(cases())
+def test_logits_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """logits = mpmath ``x W z`` to d²·eps·Σ|xWz|; raises only when a logit exceeds 1.8e308."""
+    si, W = case
+    o = Oracle(si.inst, W)
+    lg = _expect(lambda: A.logits(si.inst, W), o.logits_overflow(), "logit overflow")
+    if lg is None:
+        return
+    worst = 0.0
+    for i in range(o.n):
+        err = max(abs(float(lg[i, t] - o.l[i][t])) for t in range(o.T))
+        worst = max(worst, _ratio(err, o.logit_err(i)))
+    target(worst, label="logit error / bound")
+    assert worst <= 1.0
+
+
+# ------------------------------------------------------------ attention weights
+@given(cases(scale=(1e-2, 1e3)))
+def test_attention_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """softmax weights = mpmath softmax, per weight relative ``2δl + ULPS·T·eps`` plus 2^−1074."""
+    si, W = case
+    o = Oracle(si.inst, W)
+    s = _expect(lambda: A.attention(si.inst, W), o.logits_overflow(), "logit overflow")
+    if s is None:
+        return
+    worst = 0.0
+    for i in range(o.n):
+        rel = 2 * o.logit_err(i) + ULPS * o.T * EPS
+        for t in range(o.T):
+            bound = float(o.s[i][t]) * rel + SUBNORMAL_ULP
+            worst = max(worst, _ratio(abs(s[i, t] - o.s[i][t]), bound))
+    target(worst, label="weight error / bound")
+    assert worst <= 1.0
+
+
+@given(cases(scale=(1e-2, 1e3)))
+def test_log_attention_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """log weights = mpmath log-softmax to ``2δl + ULPS·eps·(T + |log s|)`` absolute (also far below
+    −708, where the weight itself underflows); raises only when a logit or a log weight is out of range."""
+    si, W = case
+    o = Oracle(si.inst, W)
+    may = o.logits_overflow() or any(ls < -FLOAT_MAX / RANGE_SLACK for row in o.log_s for ls in row)
+    ls = _expect(lambda: A.log_attention(si.inst, W), may, "logit overflow")
+    if ls is None:
+        return
+    worst = 0.0
+    for i in range(o.n):
+        for t in range(o.T):
+            bound = 2 * o.logit_err(i) + ULPS * EPS * (o.T + abs(float(o.log_s[i][t])))
+            worst = max(worst, _ratio(abs(ls[i, t] - o.log_s[i][t]), bound))
+    target(worst, label="log weight error / bound")
+    assert worst <= 1.0
+
+
+# ------------------------------------------------------------------------ output
+@given(cases(scale=(1e-2, 1e3)))
+def test_output_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """f = mpmath Σ s a to ``Σ s|a|·(2δl + (d+T)ULPS·eps) + 2^−1074Σ|a|``; raises only when a logit or
+    f_i exceeds 1.8e308 or a nonzero Σ s|a| is below 2.2e-308."""
+    si, W = case
+    o = Oracle(si.inst, W)
+    under = any(0 < m < FLOAT_TINY * RANGE_SLACK for m in o.fmag)
+    f = _expect(lambda: A.output(si.inst, W), o.logits_overflow() or o.outputs_overflow() or under, "range")
+    if f is None:
+        return
+    worst = max(_ratio(abs(f[i] - o.f[i]), o.f_err(i)) for i in range(o.n))
+    target(worst, label="output error / bound")
+    assert worst <= 1.0
+
+
+# ------------------------------------------------------------- instance scores
+@given(SCALED)
+def test_optimal_tokens_scale_invariant(si: S.ScaledInstance) -> None:
+    """optimal_tokens(2^jx X, 2^jv v) = optimal_tokens(X, v), ties included (exact invariance of argmax
+    and of the scale-equivariant tie test); never an overflow or a spurious tie."""
+    try:
+        ref: Any = si.original.optimal_tokens().tolist()
+    except TiedScoresError as exc:
+        ref = str(exc)
+    try:
+        got: Any = si.inst.optimal_tokens().tolist()
+        event("returned")
+    except TiedScoresError as exc:
+        got = str(exc)
+        event("raised: tie (also at scale 1)")
+    assert got == ref
+
+
+@given(SCALED)
+def test_values_scale_sweep(si: S.ScaledInstance) -> None:
+    """values = mpmath vᵀx to d·ULPS·eps·Σ|v x|; raises only when a value overflows or a nonzero
+    Σ|v x| is below the range."""
+    o = Oracle(si.inst, np.zeros((si.inst.d, si.inst.d)))
+    over = any(abs(a) > FLOAT_MAX / RANGE_SLACK for row in o.a for a in row)
+    under = any(0 < m < FLOAT_TINY * RANGE_SLACK for row in o.amag for m in row)
+    a = _expect(si.inst.values, over or under, "value out of range")
+    if a is None:
+        return
+    worst = max(
+        _ratio(abs(a[i, t] - o.a[i][t]), o.d * ULPS * EPS * o.amag[i][t] + SUBNORMAL_ULP)
+        for i in range(o.n)
+        for t in range(o.T)
+    )
+    assert worst <= 1.0
+
+
+# -------------------------------------------------------------------------- risk
+@given(cases(scale=(1e-2, 1e3)), st.sampled_from(["logistic", "exponential", "correlation"]))
+def test_risk_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray], loss: str) -> None:
+    """risk = mpmath mean ℓ(Y f) to ``Σ|ℓ'|δf/n + ULPS·eps·Σ|ℓ|/n``; raises only when a logit or output
+    overflows or the risk (or a loss value) leaves the range."""
+    si, W = case
+    o = Oracle(si.inst, W)
+    with mpmath.workdps(ORACLE_DPS):
+        u = [_mp(o.Y[i]) * o.f[i] for i in range(o.n)]
+        val = {
+            "logistic": lambda x: mpmath.log1p(mpmath.exp(-x)),
+            "exponential": lambda x: mpmath.exp(-x),
+            "correlation": lambda x: -x,
+        }[loss]
+        der = {
+            "logistic": lambda x: 1 / (1 + mpmath.exp(x)),
+            "exponential": lambda x: mpmath.exp(-x),
+            "correlation": lambda x: mpmath.mpf(1),
+        }[loss]
+        vals = [val(x) for x in u]
+        L = mpmath.fsum(vals) / o.n
+        bound = (
+            float(
+                mpmath.fsum(der(x) * o.f_err(i) for i, x in enumerate(u)) / o.n
+                + ULPS * EPS * mpmath.fsum(abs(x) for x in vals) / o.n
+            )
+            + SUBNORMAL_ULP
+        )
+    out_of_range = abs(L) > FLOAT_MAX / RANGE_SLACK or any(abs(x) > FLOAT_MAX / RANGE_SLACK for x in vals)
+    if loss != "correlation":
+        out_of_range |= L < FLOAT_TINY * RANGE_SLACK  # positive losses: a tiny risk is an underflow
+    r = _expect(
+        lambda: A.risk(si.inst, W, loss=loss),
+        o.logits_overflow() or o.outputs_overflow() or out_of_range,
+        "range",
+    )
+    if r is None:
+        return
+    ratio = _ratio(abs(r - L), bound)
+    target(ratio, label="risk error / bound")
+    assert ratio <= 1.0
+
+
+# ---------------------------------------------------------------------- gradient
+def mp_gradient(o: Oracle, loss: str) -> tuple[list[list[mpmath.mpf]], mpmath.mpf, mpmath.mpf, mpmath.mpf]:
+    """``(∇L, ||∇L||_F, bound, rounding)`` in mpmath (no under/overflow at any scale).
+
+    ``magnitude = Σ_it |w_it|·||x_it||·||z_i||`` with ``|w_it| = |ℓ'|·s·Σ_u s_u|a_t − a_u|/n`` the
+    size of each term, and ``vround`` the values' rounding carried into it (``d·eps·Σ_k|v_k x_k|`` per
+    value, through ``a_t − a_u``, ``u ≠ t``); ``bound`` the documented normwise accuracy: the magnitude weighted
+    by each term's relative error ``2δl + 2δf + ULPS(d+T)·eps`` and by the nT terms of each sum, plus
+    ULPS·vround. ``rounding`` = ``nT·eps·magnitude + vround``, the level the direction refuses at.
+    """
+    n, T, d = o.n, o.T, o.d
+    with mpmath.workdps(ORACLE_DPS):
+        G = [[mpmath.mpf(0)] * d for _ in range(d)]
+        bound = mpmath.mpf(0)
+        magnitude = mpmath.mpf(0)
+        vround = mpmath.mpf(0)
+        for i in range(n):
+            y = _mp(o.Y[i])
+            u = y * o.f[i]
+            dl = {
+                "logistic": -1 / (1 + mpmath.exp(u)),
+                "exponential": -mpmath.exp(-u),
+                "correlation": mpmath.mpf(-1),
+            }[loss]
+            rel = 2 * o.logit_err(i) + 2 * o.f_err(i) + ULPS * (d + T) * EPS
+            zn = mpmath.sqrt(mpmath.fsum(c * c for c in o.z[i]))
+            for t in range(T):
+                c = mpmath.fsum(o.s[i][u_] * (o.a[i][t] - o.a[i][u_]) for u_ in range(T))
+                cm = mpmath.fsum(o.s[i][u_] * abs(o.a[i][t] - o.a[i][u_]) for u_ in range(T))
+                w = dl * y * o.s[i][t] * c / n
+                x = o.X[i][t]
+                for k in range(d):
+                    for j in range(d):
+                        G[k][j] += w * x[k] * o.z[i][j]
+                xn = mpmath.sqrt(mpmath.fsum(c_ * c_ for c_ in x))
+                term = abs(dl) * o.s[i][t] * cm / n * xn * zn
+                amix = mpmath.fsum(o.s[i][u_] * (o.amag[i][t] + o.amag[i][u_]) for u_ in range(T) if u_ != t)
+                vr = abs(dl) * o.s[i][t] * d * EPS * amix / n * xn * zn
+                magnitude += term
+                vround += vr
+                bound += term * rel * n * T + ULPS * vr
+        nrm = mpmath.sqrt(mpmath.fsum(G[k][j] ** 2 for k in range(d) for j in range(d)))
+    return G, nrm, bound, n * T * EPS * magnitude + vround
+
+
+GRAD_LOSSES = st.sampled_from(["logistic", "exponential", "correlation"])
+
+
+def undetermined(o: Oracle, loss: str) -> bool:
+    """Some output is known only to ±δf with κδf > 1/RANGE_SLACK (oracle bound; κ = |ℓ''/ℓ'| at
+    u + δf): ℓ'(Y f) changes by e^{±κδf}, so the gradient may be refused as undetermined."""
+    if loss == "correlation":
+        return False
+    with mpmath.workdps(ORACLE_DPS):
+        for i in range(o.n):
+            df = o.f_err(i)
+            u = _mp(o.Y[i]) * o.f[i]
+            kappa = 1 / (1 + mpmath.exp(-(u + df))) if loss == "logistic" else 1  # |ℓ''/ℓ'| at u + δf
+            if kappa * df > 1 / RANGE_SLACK:
+                return True
+    return False
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(cases(base=GRAD_BASE, scale=(1e-2, 1e3)), GRAD_LOSSES)
+def test_risk_grad_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray], loss: str) -> None:
+    """risk_grad = mpmath ∇L to its normwise bound; raises only when ||∇L|| leaves [2.2e-308, 1.8e308]
+    (or a logit/output overflows), never a subnormal or Inf result."""
+    si, W = case
+    o = Oracle(si.inst, W)
+    G_mp, nrm, bound, _ = mp_gradient(o, loss)
+    may = (
+        o.logits_overflow()
+        or o.outputs_overflow()
+        or not (nrm == 0 or FLOAT_TINY * RANGE_SLACK <= nrm <= FLOAT_MAX / RANGE_SLACK)
+        or nrm <= 2 * bound  # the rounding level of the sum reaches the gradient: its size is undecided
+        or undetermined(o, loss)
+    )
+    G = _expect(lambda: A.risk_grad(si.inst, W, loss=loss), may, "gradient out of range", GRAD_MESSAGE)
+    if G is None:
+        return
+    assert np.all(np.isfinite(G))
+    with mpmath.workdps(ORACLE_DPS):
+        err = mpmath.sqrt(
+            mpmath.fsum((_mp(G[k, j]) - G_mp[k][j]) ** 2 for k in range(o.d) for j in range(o.d))
+        )
+        ratio = _ratio(err, bound + o.d * SUBNORMAL_ULP + 8 * EPS * nrm)
+    target(ratio, label="gradient error / bound")
+    assert ratio <= 1.0
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(cases(base=GRAD_BASE, scale=(1e-2, 1e3)), GRAD_LOSSES)
+def test_normalized_risk_grad_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray], loss: str) -> None:
+    """direction = mpmath ∇L/||∇L|| and log_norm = log||∇L|| at every scale; raises only when a logit or
+    output overflows, the gradient is 0, or the contributions cancel to rounding level (the oracle's
+    ||∇L|| within its own rounding bound, or within 4·CANCELLATION_FACTOR·nT·eps of the magnitude)."""
+    si, W = case
+    o = Oracle(si.inst, W)
+    G_mp, nrm, bound, rounding = mp_gradient(o, loss)
+    cancel = nrm <= 2 * bound + 4 * CANCELLATION_FACTOR * rounding
+    D = _expect(
+        lambda: A.normalized_risk_grad(si.inst, W, loss=loss),
+        o.logits_overflow() or o.outputs_overflow() or cancel or undetermined(o, loss),
+        "overflow, zero or cancellation",
+        DIRECTION_MESSAGE,
+    )
+    if D is None:
+        return
+    with mpmath.workdps(ORACLE_DPS):
+        err = mpmath.sqrt(
+            mpmath.fsum(
+                (_mp(D.direction[k, j]) - G_mp[k][j] / nrm) ** 2 for k in range(o.d) for j in range(o.d)
+            )
+        )
+        rel = 2 * bound / nrm + 8 * EPS
+        ratio = max(
+            _ratio(err, rel), _ratio(abs(mpmath.log(nrm) - D.log_norm), rel + 8 * EPS * abs(D.log_norm))
+        )
+    target(ratio, label="direction error / bound")
+    assert ratio <= 1.0
+
+
+@given(cases(scale=(1e-2, 1e3)), GRAD_LOSSES)
+def test_risk_grad_textbook_is_finite_or_refuses(
+    case: tuple[S.ScaledInstance, np.ndarray], loss: str
+) -> None:
+    """The textbook gradient keeps its documented inaccuracy but never returns NaN/Inf (oracle: the
+    IEEE finiteness of its result; it raises NumericalError instead)."""
+    si, W = case
+    try:
+        G = A.risk_grad_textbook(si.inst, W, loss=loss)
+    except NumericalError as exc:
+        _raised(exc, "textbook out of range")
+        return
+    event("returned")
+    assert np.all(np.isfinite(G))
+
+
+# ---------------------------------------------------------------- Att-SVM tensor
+@st.composite
+def svm_cases(draw: Any) -> tuple[S.ScaledInstance, np.ndarray]:
+    si = draw(SCALED)
+    return si, draw(S.token_choices(si.inst))
+
+
+def _mp_deltas(inst: Instance, alpha: np.ndarray) -> tuple[list[list[mpmath.mpf]], list[list[mpmath.mpf]]]:
+    D, Z = [], []
+    for i in range(inst.n):
+        for t in range(inst.T):
+            if t != alpha[i]:
+                D.append([_mp(inst.X[i, alpha[i], k]) - _mp(inst.X[i, t, k]) for k in range(inst.d)])
+                Z.append([_mp(c) for c in inst.z[i]])
+    return D, Z
+
+
+@given(svm_cases())
+def test_svm_rows_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """rows = exact z⊗Δ (mpmath), each entry to 1 ulp, entries below the range to 2^−1074; raises only
+    when an entry overflows or a nonzero row's norm is below 2.2e-308."""
+    si, alpha = case
+    with mpmath.workdps(ORACLE_DPS):
+        D, Z = _mp_deltas(si.inst, alpha)
+        rows = [[zj * dk for zj in z for dk in dl] for z, dl in zip(Z, D, strict=True)]
+        norms = [mpmath.sqrt(mpmath.fsum(e * e for e in r)) for r in rows]
+    over = any(abs(e) > FLOAT_MAX / RANGE_SLACK for r in rows for e in r) or any(
+        abs(e) > FLOAT_MAX / RANGE_SLACK for dl in D for e in dl
+    )
+    under = any(0 < nm < FLOAT_TINY * RANGE_SLACK for nm in norms)
+    R = _expect(lambda: A.svm_rows(si.inst, alpha), over or under, "row out of range")
+    if R is None:
+        return
+    for r, row in enumerate(rows):
+        for q, e in enumerate(row):
+            assert abs(float(R[r, q] - e)) <= EPS * abs(float(e)) + SUBNORMAL_ULP
+
+
+@given(svm_cases())
+def test_svm_gram_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """Gram = mpmath (z·z)(Δ·Δ) to ``ULPS·d·eps·||a_r||·||a_q||`` (+2^−1074); raises only when an entry
+    overflows or a nonzero diagonal entry is below 2.2e-308."""
+    si, alpha = case
+    with mpmath.workdps(ORACLE_DPS):
+        D, Z = _mp_deltas(si.inst, alpha)
+        m = len(D)
+        dot = lambda p, q: mpmath.fsum(a * b for a, b in zip(p, q, strict=True))  # noqa: E731
+        K = [[dot(Z[r], Z[q]) * dot(D[r], D[q]) for q in range(m)] for r in range(m)]
+    over = any(abs(e) > FLOAT_MAX / RANGE_SLACK for row in K for e in row) or any(
+        abs(e) > FLOAT_MAX / RANGE_SLACK for dl in D for e in dl
+    )
+    under = any(0 < K[r][r] < FLOAT_TINY * RANGE_SLACK for r in range(m))
+    Kc = _expect(lambda: A.svm_gram(si.inst, alpha), over or under, "Gram entry out of range")
+    if Kc is None:
+        return
+    for r in range(m):
+        for q in range(m):
+            tol = float(ULPS * si.inst.d * EPS * mpmath.sqrt(K[r][r] * K[q][q])) + SUBNORMAL_ULP
+            assert abs(float(Kc[r, q] - K[r][q])) <= tol
+
+
+@given(svm_cases(), st.integers(-30, 30))
+def test_svm_margins_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray], kw: int) -> None:
+    """margins = mpmath Δᵀ W z to d²·ULPS·eps·Σ|Δ W z|; raises only when a margin or Δ overflows."""
+    si, alpha = case
+    d = si.inst.d
+    lo, hi = S.exponent_range(np.ones((d, d)))
+    k = min(max(-(si.jx + si.jz) + kw, lo), hi)
+    W = np.ldexp(np.eye(d) + 0.25, k)
+    with mpmath.workdps(ORACLE_DPS):
+        D, Z = _mp_deltas(si.inst, alpha)
+        Wm = [[_mp(W[a, b]) for b in range(d)] for a in range(d)]
+        mg = [
+            mpmath.fsum(dl[a] * Wm[a][b] * z[b] for a in range(d) for b in range(d))
+            for dl, z in zip(D, Z, strict=True)
+        ]
+        mag = [
+            mpmath.fsum(abs(dl[a] * Wm[a][b] * z[b]) for a in range(d) for b in range(d))
+            for dl, z in zip(D, Z, strict=True)
+        ]
+    over = any(abs(e) > FLOAT_MAX / RANGE_SLACK for e in mg) or any(
+        abs(e) > FLOAT_MAX / RANGE_SLACK for dl in D for e in dl
+    )
+    M = _expect(lambda: A.svm_margins(si.inst, W, alpha), over, "margin overflow")
+    if M is None:
+        return
+    for r, e in enumerate(mg):
+        assert abs(float(M[r] - e)) <= float(ULPS * d * d * EPS * mag[r]) + d * d * SUBNORMAL_ULP
