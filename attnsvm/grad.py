@@ -387,12 +387,13 @@ def _log_grad(
         sized = np.ldexp(within * np.exp(r)[:, None], shift[:, None])  # |w_it|·||x'||·||z'||, scaled
         scaled = sign_w * sized / np.where(norms > 0, norms, 1.0)
         # The values' own rounding, d·eps·Σ_k|v_k x_k| per value, enters every difference a_it − a_iu
-        # (u ≠ t; a_it − a_it = 0 exactly): the term's error is
-        # |ℓ'|·s_it·d·eps·Σ_{u≠t} s_iu (|a|_it + |a|_iu)/n, in the units of `scaled` (log-sum-exp).
-        T = X.shape[1]
+        # of two different tokens (a token and its exact copy have bitwise equal rounded values, so
+        # their difference is exactly 0, as the true one): the term's error is
+        # |ℓ'|·s_it·d·eps·Σ_{u: x_iu ≠ x_it} s_iu (|a|_it + |a|_iu)/n, in the units of `scaled`.
+        different = np.any(X[:, :, None, :] != X[:, None, :, :], axis=3)  # (n, T, T); False on the diagonal
         with np.errstate(divide="ignore", invalid="ignore"):
             pair = log_s[:, None, :] + np.log(fw.amag[:, :, None] + fw.amag[:, None, :])
-            log_mix = _masked_logsumexp(pair, np.broadcast_to(~np.eye(T, dtype=bool), pair.shape), axis=2)
+            log_mix = _masked_logsumexp(pair, different, axis=2)
             log_vr = log_l[:, None] + log_s + log_mix + math.log(X.shape[2] * EPS) - np.log(n) + log_norms
         vr_ok = np.isfinite(log_vr) & has[:, None]
         vr = np.where(

@@ -32,13 +32,15 @@ LOG_NORM_ATOL = 1e-10
 LN2 = math.log(2.0)
 
 
-def mp_log_grad(inst: A.Instance, W: np.ndarray, loss: str = "logistic") -> tuple[mpmath.mpf, np.ndarray]:
+def mp_log_grad(
+    inst: A.Instance, W: np.ndarray, loss: str = "logistic", *, dps: int | None = None
+) -> tuple[mpmath.mpf, np.ndarray]:
     """``(log||∇L||_F, ∇L/||∇L||_F)`` in mpmath from the exact float64 inputs (independent oracle).
 
     ``∇L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it (a_it − f_i) x_it z_iᵀ`` with every quantity an
-    ``ORACLE_DPS``-digit number (no over- or underflow at any scale).
+    ``ORACLE_DPS``-digit number, or ``dps`` digits (no over- or underflow at any scale).
     """
-    with mpmath.workdps(ORACLE_DPS):
+    with mpmath.workdps(dps or ORACLE_DPS):
         mpf = mpmath.mpf
         n, T, d = inst.shape
         Wm = mpmath.matrix([[mpf(float(W[k, j])) for j in range(d)] for k in range(d)])
@@ -358,3 +360,22 @@ def test_gradient_refused_when_the_output_cancels_below_its_rounding() -> None:
     D = A.normalized_risk_grad(inst, W, loss="correlation")
     assert np.linalg.norm(D.direction - direction_c) <= GRAD_RTOL
     assert abs(D.log_norm - float(log_norm_c)) <= LOG_NORM_ATOL
+
+
+def test_exact_copies_of_the_selected_token_do_not_count_as_value_rounding() -> None:
+    """Regression: the cancellation test of the normalized direction charged the values' rounding
+    to every pair of tokens, also a token and its exact copy, whose rounded values are bitwise equal
+    (difference exactly 0, as the true one). With the selected token copied, that phantom error
+    (~d·eps·|a|·s_α·s_copy) exceeded the true saturated gradient (~|a|·e^−gap), and the direction
+    was refused as "cancels to rounding level". Oracle: a 200-digit mpmath gradient (the runner-up
+    weight ~1e-60 leaves 140 digits after the cancellation inside a − f)."""
+    inst = A.random_instance(2, 4, 5, seed=3)
+    X = inst.X.copy()
+    X[:, 1] = X[:, 0]
+    dup = A.Instance(X, inst.Y, inst.v, inst.z)
+    base = np.einsum("id,ie->de", X[:, 0], inst.z)
+    W = 40.0 * base / np.linalg.norm(base)
+    log_norm, direction = mp_log_grad(dup, W, dps=200)
+    res = A.normalized_risk_grad(dup, W)
+    assert np.linalg.norm(res.direction - direction) <= GRAD_RTOL
+    assert abs(res.log_norm - float(log_norm)) <= LOG_NORM_ATOL
