@@ -102,7 +102,7 @@ def joint_data(ks: FloatArray, K: int, X: FloatArray, v: FloatArray) -> PromptDa
     return PromptData(ks, K, As, A)
 
 
-def _v_weights(data: PromptData, Y: FloatArray, p: FloatArray, loss: Any) -> tuple[FloatArray, FloatArray]:
+def _v_weights(data: PromptData, Y: FloatArray, p: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``(log s, u)``: log attention and margins ``u = Y f`` (refused when ``f`` overflows)."""
     log_s = prompt_log_attention(data, p)
     fs = np.sum(np.exp(log_s) * data.As, axis=1)
@@ -125,7 +125,7 @@ def normalized_v_grad_of(
     """
     n = X.shape[0]
     Xs, ex = mantissa(X)
-    log_s, u = _v_weights(data, Y, p, loss)
+    log_s, u = _v_weights(data, Y, p)
     sign_l, log_l = signed_log_derivative(loss, u)
     log_w = log_l[:, None] + log_s - math.log(n)
     sign_w = np.broadcast_to((sign_l * Y)[:, None], log_w.shape)
@@ -154,13 +154,19 @@ def v_grad_of(X: FloatArray, data: PromptData, Y: FloatArray, p: FloatArray, los
     when the rescaled sum is small enough to have lost digits to underflow.
     """
     Xs, ex = mantissa(X)
-    log_s, u = _v_weights(data, Y, p, loss)
+    log_s, u = _v_weights(data, Y, p)
     dl = np.asarray(loss.derivative(u), dtype=np.float64)
     G = np.einsum("nt,ntd->d", (dl * Y)[:, None] * np.exp(log_s), Xs) / X.shape[0]
     big = float(np.max(np.abs(G)))
-    if big == 0.0 or big >= 2.0**GRAD_LOW_BITS:
+    if big >= 2.0**GRAD_LOW_BITS:
         return put_back(G, ex, "the head gradient ∇_v L")
-    D = normalized_v_grad_of(X, data, Y, p, loss)
+    # Small or 0: a plain 0 may be ℓ' or the weights underflowing, not a zero gradient. The log
+    # domain decides: exactly zero (every ℓ' = 0 or the contributions cancel exactly) → 0;
+    # otherwise the rebuilt value, or the range error when it is not a double.
+    try:
+        D = normalized_v_grad_of(X, data, Y, p, loss)
+    except _ZeroGradient:
+        return np.zeros_like(G)
     k = math.floor(D.log_norm / _LN2)
     return put_back(D.direction * math.exp(D.log_norm - k * _LN2), k, "the head gradient ∇_v L")
 

@@ -564,10 +564,21 @@ def test_solve_lp_svm(si, p):
     )
 
 
+def mirror_rtol(p: float) -> float:
+    """Accuracy of a mirror-descent iterate ``W = sign(U)|U|^{1/(p−1)}`` relative to ``max|W|``.
+
+    The dual iterate ``U`` is accurate to ``ENGINE_RTOL`` relative to ``max|U|``; an entry of ``W``
+    whose true value is 0 then carries ``(ENGINE_RTOL·max|U|)^{1/(p−1)} = ENGINE_RTOL^{1/(p−1)}·max|W|``.
+    For ``p > 2`` the root amplifies that rounding (p = 3: 1e-6), at scale 1 as at any other scale,
+    so two runs agree only to it (found: tokens whose true gradient entries are exactly 0)."""
+    return ENGINE_RTOL ** min(1.0, 1.0 / (p - 1.0))
+
+
 @settings(max_examples=20)
 @given(FAMILIES, st.sampled_from([1.5, 2.0, 3.0]), st.data())
 def test_run_mirror_descent(inst, p, data):
-    """Five normalized steps on (2^a X, 2^a z, 2^−a v) with lr·2^{−2a(p−1)} give 2^−2a W_t."""
+    """Five normalized steps on (2^a X, 2^a z, 2^−a v) with lr·2^{−2a(p−1)} give 2^−2a W_t
+    (to :func:`mirror_rtol`: the p−1 root of the dual iterate's rounding)."""
     rv = S.exponent_range(inst.v)
     bound = int(LR_EXP / (2 * (p - 1)))
     jx = free(
@@ -580,7 +591,7 @@ def test_run_mirror_descent(inst, p, data):
         lambda: M.run_mirror_descent(inst_s, p, 5, 0.1 * 2.0 ** (-2 * jx * (p - 1)), record_at=[5]),
         lambda tr: [tr.W, np.array([tr.record[-1].risk])],
         [-2 * jx, 0],
-        rtol=ENGINE_RTOL,
+        rtol=mirror_rtol(p),
     )
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 
 import attnsvm as A
 from attnsvm import mirror as M
-from attnsvm.errors import AttnSVMError, InfeasibleSVMError
+from attnsvm.errors import AttnSVMError, InfeasibleSVMError, NumericalError
 from attnsvm.gd import direction_gap, run_gd
 from attnsvm.peer_strategies import p_norms
 from attnsvm.svm import solve_svm
@@ -180,3 +180,126 @@ def test_infeasible_lp_svm_raises(inst):
     bad = A.Instance(X, inst.Y, inst.v, inst.z)
     with pytest.raises(InfeasibleSVMError, match="infeasible"):
         M.solve_lp_svm(bad, 1.5, alpha=[0] * inst.n)
+
+
+# ------------------------------------------------------------- documented messages (exact wording)
+#: The scale contract's range as every refusal names it (attnsvm.scaling.range_error).
+RANGE_TEXT = "float64's normal range [2.2e-308, 1.8e308]"
+P_RULE = (
+    "p_norm must be a finite number > 1 (ψ = (1/p)Σ|W_ij|^p needs p > 1 for an invertible mirror map); got "
+)
+
+
+def test_bad_input_messages_are_exact(inst):
+    """The messages are part of the contract: the argument, the rule and the value received."""
+    cases = [
+        (lambda: M.check_p_norm("a"), "p_norm must be a real number > 1; got 'a'"),
+        (lambda: M.check_p_norm(None), "p_norm must be a real number > 1; got None"),
+        (lambda: M.check_p_norm(1.0), P_RULE + "1.0"),
+        (lambda: M.check_p_norm(True), P_RULE + "True"),
+        (lambda: M.check_p_norm(float("inf")), P_RULE + "inf"),
+        (lambda: M.check_p_norm(float("nan")), P_RULE + "nan"),
+        (
+            lambda: M.bregman_divergence(np.ones(3), np.ones(4), 2.0),
+            "reference and W must have the same shape; got (3,) and (4,)",
+        ),
+        (
+            lambda: M.bregman_divergence(np.zeros(3), np.ones(3), 2.0),
+            "reference is zero; it has no direction",
+        ),
+        (lambda: M.bregman_divergence(np.ones(3), np.zeros(3), 2.0), "W is zero; it has no direction"),
+        (
+            lambda: M.run_mirror_descent(inst, 2.0, 1, 0.1, reference=np.zeros((5, 5))),
+            "reference is the zero matrix; it has no direction",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(AttnSVMError) as exc:
+            call()
+        assert str(exc.value) == message
+
+
+def test_p_norm_just_above_one_is_accepted():
+    """Boundary of the documented ``p > 1``: the next double above 1 is valid; q = p/(p − 1) by hand."""
+    p = float(np.nextafter(1.0, 2.0))
+    assert M.check_p_norm(p) == p
+    assert M.dual_exponent(3.0) == 1.5 and M.dual_exponent(2.0) == 2.0
+
+
+def test_range_refusals_name_the_quantity():
+    """Oracle: the size of the image, hand-computed: |1e300|^2 = 1e600 (p = 3), |1e−300|^2 = 1e−600,
+    |1e300|^{1/(p−1)} = 1e600 (p = 1.5), ||(1.7e308, 1.7e308)||_1.5 = 2^{2/3}·1.7e308 ≈ 2.7e308,
+    ||(1e−310)||_p = 1e−310 (subnormal)."""
+    cases = [
+        (
+            lambda: M.mirror_map(np.array([1e300]), 3.0),
+            "an entry of the mirror map ∇ψ(W) = sign(W)|W|^(p−1)",
+            "1e+600: it overflows",
+        ),
+        (
+            lambda: M.mirror_map(np.array([1e-300, 1.0]), 3.0),
+            "an entry of the mirror map ∇ψ(W) = sign(W)|W|^(p−1)",
+            "1e-600: it underflows",
+        ),
+        (
+            lambda: M.inverse_mirror_map(np.array([1e300]), 1.5),
+            "an entry of the inverse mirror map sign(U)|U|^(1/(p−1))",
+            "1e+600: it overflows",
+        ),
+        (lambda: M.lp_norm(np.array([1.7e308, 1.7e308]), 1.5), "the ℓp norm ||W||_p", "1e+308: it overflows"),
+        (lambda: M.lp_norm(np.array([1e-310]), 1.5), "the ℓp norm ||W||_p", "1e-310: it underflows"),
+    ]
+    for call, what, size in cases:
+        with pytest.raises(NumericalError) as exc:
+            call()
+        assert str(exc.value) == f"{what} is about {size} {RANGE_TEXT}"
+    assert M.lp_norm(np.zeros(3), 1.5) == 0.0  # zero is exact, not a refusal
+
+
+def test_solver_failures_are_named(inst, monkeypatch):
+    """Fault injection (cvxpy's Problem.solve raising, or reporting a non-optimal status): the
+    documented errors, with the exponent, the status and the selected tokens in the message."""
+    import cvxpy as cp
+
+    from attnsvm.errors import SolverError
+
+    alpha = M.solve_lp_svm(inst, 3.0).alpha.tolist()
+
+    def boom(self, *args, **kwargs):
+        raise cp.error.SolverError("boom")
+
+    with monkeypatch.context() as m:
+        m.setattr(cp.Problem, "solve", boom)
+        with pytest.raises(SolverError) as exc:
+            M.solve_lp_svm(inst, 3.0)
+        assert str(exc.value) == "Clarabel failed on the ℓp-SVM (p = 3.0): boom"
+    for status in ("infeasible", "infeasible_inaccurate"):
+        with monkeypatch.context() as m:
+            m.setattr(cp.Problem, "status", property(lambda self, s=status: s))
+            with pytest.raises(InfeasibleSVMError) as exc:
+                M.solve_lp_svm(inst, 3.0)
+            assert str(exc.value) == (
+                f"the ℓp-Att-SVM (p = 3.0) is infeasible for alpha = {alpha}: no W separates the selected "
+                "tokens with margin 1 (check for a token equal to the selected one or a zero query)"
+            )
+    for status in ("optimal_inaccurate", "unbounded"):
+        with monkeypatch.context() as m:
+            m.setattr(cp.Problem, "status", property(lambda self, s=status: s))
+            with pytest.raises(SolverError) as exc:
+                M.solve_lp_svm(inst, 3.0)
+            assert str(exc.value) == (
+                f"Clarabel returned status {status!r} on the ℓp-SVM (p = 3.0); the solution is not certified"
+            )
+
+
+def test_record_refuses_an_unrepresentable_norm_by_name():
+    """Oracle: ||W0||_2 = 2·1e308 for a 2×2 matrix of 1e308 (hand-computed); tokens 2^−10 keep the
+    logits finite, so the record at step 0 names the ℓp norm and the step."""
+    X = np.array([[[2.0**-10, 0.0], [0.0, 2.0**-10]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2)))
+    with pytest.raises(NumericalError) as exc:
+        M.run_mirror_descent(inst, 2.0, 1, 0.1, W0=np.full((2, 2), 1e308), record_at=[0])
+    assert (
+        str(exc.value)
+        == f"mirror descent, record at step 0: the ℓp norm ||W||_p is about 1e+308: it overflows {RANGE_TEXT}"
+    )

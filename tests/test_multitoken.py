@@ -9,7 +9,7 @@ from hypothesis import given, settings
 
 import attnsvm as A
 from attnsvm import multitoken as MT
-from attnsvm.errors import AttnSVMError, InvalidInstanceError
+from attnsvm.errors import AttnSVMError, InvalidInstanceError, NumericalError
 from attnsvm.peer_strategies import heads
 from attnsvm.svm import CERTIFY_RTOL, solve_svm
 
@@ -164,3 +164,206 @@ def test_property_gradient_matches_fd_for_any_head(V):
         fd = (MT.multitoken_risk(inst, W + E, V) - MT.multitoken_risk(inst, W - E, V)) / (2 * h)
         # away from ReLU kinks (probability one); FD error as above, scaled by |V| ≤ 3·√k
         assert abs(g[j, k] - fd) <= 10 * FD_ATOL
+
+
+# ------------------------------------------------------------------ documented messages (exact wording)
+def test_bad_input_messages_are_exact(run):
+    """The messages are part of the contract: what is wrong, the expected form, what was received."""
+    inst, V, tr = run
+    cases = [
+        (lambda: MT.random_head(4, 0), "k must be an integer ≥ 1; got 0"),
+        (lambda: MT.random_head(0, 2), "d must be an integer ≥ 1; got 0"),
+        (lambda: MT.random_head(True, 2), "d must be an integer ≥ 1; got True"),
+        (lambda: MT.random_head(2.0, 2), "d must be an integer ≥ 1; got 2.0"),
+        (
+            lambda: MT.multitoken_output(inst, tr.W, np.ones((3, 2))),
+            "V must have shape (d, k) = (10, k ≥ 1); got (3, 2)",
+        ),
+        (
+            lambda: MT.multitoken_risk(inst, tr.W, np.ones((10, 0))),
+            "V must have shape (d, k) = (10, k ≥ 1); got (10, 0)",
+        ),
+        (
+            lambda: MT.selected_sets(inst, tr.W, threshold=0.5),
+            "threshold must lie in (0, 1/T] = (0, 0.167] so no set is empty; got 0.5",
+        ),
+        (
+            lambda: MT.selected_sets(inst, tr.W, threshold=0.0),
+            "threshold must lie in (0, 1/T] = (0, 0.167] so no set is empty; got 0.0",
+        ),
+        (
+            lambda: MT.predict_multitoken(inst, np.zeros((10, 10))),
+            "W_gd is the zero matrix; there is nothing to predict (run GD first)",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(AttnSVMError) as exc:
+            call()
+        assert str(exc.value) == message
+
+
+def test_threshold_one_over_T_is_allowed_and_selects_the_maximisers():
+    """Boundary of the documented interval (0, 1/T]: at 1/T exactly, O_i = the tokens with s_it ≥ 1/T,
+    hand-derived for W = 0 (uniform attention, s = 1/T for every token: all tokens selected)."""
+    inst = A.random_instance(2, 4, 3, seed=1)
+    sets = MT.selected_sets(inst, np.zeros((3, 3)), threshold=0.25)
+    assert [O.tolist() for O in sets] == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    # and 0.25 + one ulp lies outside (0, 1/T]
+    with pytest.raises(AttnSVMError, match="threshold must lie in"):
+        MT.selected_sets(inst, np.zeros((3, 3)), threshold=float(np.nextafter(0.25, 1.0)))
+
+
+#: Definitions evaluated in original units with numpy vs the engine's (power-of-two rescaled) values:
+#: sums of d² = 100 products of O(1) terms, each side a few ulps: 1e-12 relative.
+DEF_RTOL = 1e-12
+
+
+def _cos(a, b):
+    return float(np.sum(a * b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_prediction_fields_follow_their_definitions(run):
+    """Oracle: the documented definitions evaluated directly on the returned matrices —
+    R = ⟨W_gd − W_fin, W_dir⟩/||W_dir||², prediction = W_fin + R·W_dir, rel_error and corr against
+    W_gd; for the best single-token scale R', ||W_gd − R'W_mm||/||W_gd|| = √(1 − cos²(W_gd, W_mm))
+    (the residual of a projection), single_corr = cos(W_gd, W_mm)."""
+    inst, _, tr = run
+    G = tr.W
+    pr = MT.predict_multitoken(inst, G)
+    R = float(np.sum((G - pr.W_fin) * pr.W_dir) / np.sum(pr.W_dir * pr.W_dir))
+    assert pr.R == pytest.approx(R, rel=DEF_RTOL)
+    assert np.allclose(pr.prediction, pr.W_fin + R * pr.W_dir, rtol=0, atol=DEF_RTOL * np.max(np.abs(G)))
+    assert pr.rel_error == pytest.approx(np.linalg.norm(G - pr.prediction) / np.linalg.norm(G), rel=DEF_RTOL)
+    assert pr.corr == pytest.approx(_cos(G, pr.prediction), rel=DEF_RTOL)
+    c = _cos(G, pr.W_mm)
+    assert pr.single_corr == pytest.approx(c, rel=DEF_RTOL)
+    assert pr.single_rel_error == pytest.approx(np.sqrt(1 - c * c), rel=1e-9)  # √ of a difference of O(1)
+
+
+def test_all_tokens_selected_gives_zero_direction_and_exact_finite_part():
+    """Hand-derived: with W_gd = 10⁻³·B every s_it ≈ 1/T ≥ 10⁻³, so every O_i is all T tokens: no
+    inequality, W_dir = 0 and R = 0 (documented), no direction to correlate with W_mm's. With
+    n(T − 1) = 4 = d² generic equality rows spanning ℝ^{2×2}, W_fin is the unique solution: W_gd."""
+    inst = A.random_instance(2, 3, 2, seed=3)
+    G = 1e-3 * np.array([[1.0, -2.0], [0.5, 3.0]])
+    pr = MT.predict_multitoken(inst, G)
+    assert [O.tolist() for O in pr.sets] == [[0, 1, 2], [0, 1, 2]]
+    assert not np.any(pr.W_dir) and pr.R == 0.0 and pr.kkt_dir is None
+    assert pr.kkt_fin is not None
+    assert np.allclose(pr.W_fin, G, rtol=0, atol=1e-9 * np.max(np.abs(G)))
+    assert np.allclose(pr.prediction, pr.W_fin, rtol=0, atol=0)
+    assert pr.rel_error <= 1e-9
+
+
+def test_relu_kink_uses_zero_derivative():
+    """Documented convention ReLU'(0) = 0. Hand-derived: tokens (1, 0), (−1, 0), V = (1, 0)ᵀ, W = 0:
+    s = (½, ½), Vᵀ X_iᵀ s = 0 exactly, so the mask is 0, every value a_it = 0 and ∇L = 0 exactly;
+    out = 0 and the risk is log 2."""
+    X = np.array([[[1.0, 0.0], [-1.0, 0.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2)))
+    V = np.array([[1.0], [0.0]])
+    assert MT.multitoken_output(inst, np.zeros((2, 2)), V).tolist() == [0.0]
+    assert MT.multitoken_risk(inst, np.zeros((2, 2)), V) == pytest.approx(np.log(2.0), rel=1e-15)
+    assert MT.multitoken_grad(inst, np.zeros((2, 2)), V).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    with pytest.raises(NumericalError) as exc:
+        MT.normalized_multitoken_grad(inst, np.zeros((2, 2)), V)
+    assert str(exc.value).startswith("the multi-token gradient: ")
+
+
+def test_output_overflow_is_refused_by_name():
+    """Oracle: tokens (2, 0), V = (1e308, 0)ᵀ give out = 2e308 > 1.8e308 (documented refusal)."""
+    X = np.array([[[2.0, 0.0], [2.0, 0.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2)))
+    V = np.array([[1e308], [0.0]])
+    want = "the multi-token outputs out_i is about 1e+308: it overflows float64's normal range [2.2e-308, 1.8e308]"
+    for call in (MT.multitoken_output, MT.multitoken_risk):
+        with pytest.raises(NumericalError) as exc:
+            call(inst, np.zeros((2, 2)), V)
+        assert str(exc.value) == want
+
+
+def test_random_head_is_the_documented_draw():
+    """Documented: i.i.d. N(0, 1/k) entries from numpy.random.default_rng(seed) (a seed or a Generator);
+    d = k = 1 is allowed, and a (d, 1) head is a valid V."""
+    want = np.random.default_rng(7).standard_normal((3, 4)) / 2.0  # 1/√k = ½ for k = 4
+    assert np.array_equal(MT.random_head(3, 4, seed=7), want)
+    assert np.array_equal(MT.random_head(3, 4, seed=np.random.default_rng(7)), want)
+    assert np.array_equal(
+        MT.random_head(3, 4), np.random.default_rng(0).standard_normal((3, 4)) / 2.0
+    )  # seed 0
+    assert MT.random_head(1, 1).shape == (1, 1)
+    inst = A.random_instance(2, 3, 4, seed=1)
+    assert MT.multitoken_output(inst, np.eye(4), MT.random_head(4, 1, seed=3)).shape == (2,)
+
+
+def test_record_refuses_an_unrepresentable_norm_by_name():
+    """Oracle: ||W0||_F = 2·1e308 for a 2×2 matrix of 1e308 (hand-computed): the record names ||W||_F
+    and the step."""
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2))
+    )
+    with pytest.raises(NumericalError) as exc:
+        MT.run_multitoken_gd(inst, np.ones((2, 1)), 1, 0.1, W0=np.full((2, 2), 1e308), record_at=[0])
+    assert str(exc.value) == (
+        "multi-token GD, record at step 0: ||W||_F is about 1e+308: it overflows "
+        "float64's normal range [2.2e-308, 1.8e308]"
+    )
+
+
+def test_logit_level_iterate_overflow_is_refused_by_name():
+    """Oracle: hand-computed size. With max|x| = max|z| = 0.75·2^40 (mantissa exponents 40 each, E = 80)
+    and max|W_gd| = 3e300, the logit-level iterate 2^80·W_gd reaches 3e300·2^80 ≈ 10^324.56: refused."""
+    base = A.random_instance(2, 3, 2, seed=3)
+    X = base.X / np.max(np.abs(base.X)) * (0.75 * 2.0**40)
+    z = base.z / np.max(np.abs(base.z)) * (0.75 * 2.0**40)
+    inst = A.Instance(X, base.Y, base.v, z)
+    G = 1e300 * np.array([[1.0, -2.0], [0.5, 3.0]])
+    with pytest.raises(NumericalError) as exc:
+        MT.predict_multitoken(inst, G)
+    assert str(exc.value) == (
+        "the logit-level iterate 2^E·W_gd is about 1e+325: it overflows float64's normal range [2.2e-308, 1.8e308]"
+    )
+
+
+#: Two GD steps against the FD-checked gradient (test_gradient_matches_finite_differences) evaluated by
+#: the public function: the engine's log-domain unit direction vs g/||g|| agree to a few hundred eps
+#: (the bound of that test), and the update adds one rounding.
+STEP_RTOL = 1e-13
+
+
+@pytest.mark.parametrize("normalized", [False, True])
+def test_gd_steps_follow_the_documented_update(normalized):
+    """Documented update: W ← W − η∇L(W) (plain) or W ← W − η∇L/||∇L||_F (normalized), from W0 (default
+    zeros), exactly ``steps`` times; the gradient is multitoken_grad (checked against finite differences).
+    Records at steps 0 and 2 carry ||W||_F and the risk at those iterates."""
+    inst = A.random_instance(2, 3, 4, seed=1)
+    V = MT.random_head(4, 3, seed=2)
+    W0 = 0.1 * np.eye(4)
+    W = W0.copy()
+    for _ in range(2):
+        g = MT.multitoken_grad(inst, W, V)
+        W = W - 0.5 * (g / np.linalg.norm(g) if normalized else g)
+    tr = MT.run_multitoken_gd(inst, V, 2, 0.5, normalized=normalized, W0=W0, record_at=[0, 2])
+    assert np.max(np.abs(tr.W - W)) <= STEP_RTOL * np.max(np.abs(W))
+    r0, r2 = tr.record
+    assert (r0.step, r2.step) == (0, 2)
+    assert r0.norm == pytest.approx(np.linalg.norm(W0), rel=STEP_RTOL)
+    assert r2.risk == pytest.approx(MT.multitoken_risk(inst, tr.W, V), rel=STEP_RTOL)
+    with pytest.raises(AttnSVMError) as exc:
+        MT.run_multitoken_gd(inst, V, 1, 0.1, W0=np.eye(3))
+    assert str(exc.value) == "W0 must have shape (d, d) = (4, 4) for this instance; got (3, 3)"
+
+
+@pytest.mark.parametrize(("normalized", "prefix"), [(False, ""), (True, "normalized ")])
+def test_gd_step_refusal_names_the_run_and_step(normalized, prefix):
+    """Oracle: W0 = 1e308 everywhere with |x|, |z| of order 1 puts the logit scale beyond 1.8e308; the
+    documented refusal names the kind of run and the step, then the cause and its remedy."""
+    inst = A.random_instance(2, 3, 4, seed=1)
+    V = MT.random_head(4, 3, seed=2)
+    with pytest.raises(NumericalError) as exc:
+        MT.run_multitoken_gd(inst, V, 1, 0.1, normalized=normalized, W0=np.full((4, 4), 1e308), record_at=[1])
+    msg = str(exc.value)
+    assert msg.startswith(
+        f"{prefix}multi-token GD at step 1: the logit scale max|W|·max|x|·max|z| is about 1e+"
+    )
+    assert msg.endswith("Scale W or the data down; the attention logits would overflow")

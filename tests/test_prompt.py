@@ -274,3 +274,183 @@ def test_property_normalized_gd_decreases_risk_and_aligns(pair):
     assert tr.record[-1].risk < tr.record[0].risk
     ref = P.solve_prompt_svm(inst, W, tr.final_tokens).p
     assert float(np.dot(tr.p, ref)) > 0
+
+
+# ------------------------------------------------------------- documented messages (exact wording)
+#: The scale contract's range as every refusal names it (attnsvm.scaling.range_error).
+RANGE_TEXT = "float64's normal range [2.2e-308, 1.8e308]"
+
+
+def test_bad_input_messages_are_exact(case):
+    """The messages are part of the contract: the argument, what is wrong, the expected form, the value."""
+    inst, W, p = case
+    radii = "radii must be a non-empty, strictly increasing list of positive radii"
+    cases = [
+        (lambda: P.prompt_grad(inst, W, p[:3]), "p must have shape (d,) = (6,) for this instance; got (3,)"),
+        (
+            lambda: P.run_prompt_gd(inst, W, 1, 0.1, p0=p[:3]),
+            "p0 must have shape (d,) = (6,) for this instance; got (3,)",
+        ),
+        (
+            lambda: P.run_prompt_gd(inst, W, 1, 0.1, reference=p[:3]),
+            "reference must have shape (d,) = (6,) for this instance; got (3,)",
+        ),
+        (
+            lambda: P.run_prompt_gd(inst, W, 1, 0.1, reference=np.zeros(6)),
+            "reference is the zero vector; it has no direction",
+        ),
+        (lambda: P.prompt_regularization_path(inst, W, [2.0, 1.0]), radii),
+        (lambda: P.prompt_regularization_path(inst, W, [1.0, 1.0]), radii),
+        (lambda: P.prompt_regularization_path(inst, W, []), radii),
+        (lambda: P.prompt_regularization_path(inst, W, [0.0, 1.0]), radii),
+        (lambda: P.prompt_regularization_path(inst, W, [-1.0, 1.0]), radii),
+        (
+            lambda: P.prompt_regularization_path(inst, W, [1.0], tol=-1.0),
+            "tol must be a finite number ≥ 0; got -1.0",
+        ),
+        (
+            lambda: P.prompt_regularization_path(inst, W, [1.0], tol=float("inf")),
+            "tol must be a finite number ≥ 0; got inf",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(AttnSVMError) as exc:
+            call()
+        assert str(exc.value) == message
+
+
+def test_tol_zero_is_allowed():
+    """Boundary of the documented ``tol ≥ 0``: 0 is accepted (the path then runs max_steps)."""
+    inst, W = prompt_toy(0.9)
+    pts = P.prompt_regularization_path(inst, W, [1.0], tol=0.0, max_steps=3)
+    assert len(pts) == 1 and pts[0].radius == 1.0
+
+
+def test_range_refusals_name_the_quantity(case):
+    """Oracle: the size of the refused quantity, hand-computed, and the documented wording.
+
+    Radii 1e-320 (times max|k| < 10) is below 2.2e-308; keys 1e308·|W x| overflow; p·1e200 with
+    W·1e200 puts the logit scale at ~1e400; plain GD with lr 1.7e308 leaves the doubles at step 1."""
+    inst, W, p = case
+    with pytest.raises(NumericalError) as exc:
+        P.prompt_regularization_path(inst, W, [1e-320, 1.0])
+    assert (
+        str(exc.value)
+        == f"the smallest radius in logit units R·max|k| is about 1e-319: it underflows {RANGE_TEXT}"
+    )
+    with pytest.raises(NumericalError) as exc:
+        P.prompt_regularization_path(inst, W, [1e300, 1e308])
+    assert str(exc.value) == f"the radii in logit units R·max|k| is about 1e+309: it overflows {RANGE_TEXT}"
+    remedy = "Scale p or the data down; the attention logits would overflow"
+    for call in (P.prompt_grad, P.normalized_prompt_grad):
+        with pytest.raises(NumericalError) as exc:
+            call(inst, W * 1e200, p * 1e200)
+        assert (
+            str(exc.value)
+            == f"the logit scale max|p|·max|x|·max|z| is about 1e+400: it overflows {RANGE_TEXT}. {remedy}"
+        )
+    with pytest.raises(NumericalError) as exc:
+        P.run_prompt_gd(inst, W, 2, 1.7e308, normalized=False)
+    assert str(exc.value) == "prompt GD diverged at step 1: p became non-finite; lower lr"
+    with pytest.raises(NumericalError) as exc:
+        P.run_prompt_gd(inst, W, 2, 1.7e308)
+    assert str(exc.value).startswith(
+        "normalized prompt GD at step 2: the logit scale max|p|·max|x|·max|z| is about"
+    )
+
+
+def _two_token(x: float, v: float = 1.0) -> A.Instance:
+    """n = 1, T = 2, d = 1: tokens x and x/2."""
+    return A.Instance(np.array([[[x], [x / 2]]]), np.array([1.0]), np.array([v]), np.ones((1, 1)))
+
+
+def test_answers_at_the_ends_of_the_normal_range_are_returned():
+    """Oracle: exact products of powers of two. Keys W·x with W = 2^−1022, x = 1 are exactly
+    2.2250738585072014e-308 (the smallest normal: returned) and with W = 2^−1023 the largest key is
+    subnormal (refused); W = FLOAT_MAX with x = 1 is returned, with x = 2 it overflows; zero is exact."""
+    tiny, big = 2.0**-1022, float(np.finfo(np.float64).max)
+    assert P.prompt_keys(_two_token(1.0), [[tiny]]).ravel().tolist() == [tiny, tiny / 2]
+    assert P.prompt_keys(_two_token(1.0), [[big]]).ravel().tolist() == [big, big / 2]
+    assert P.prompt_keys(_two_token(1.0), [[0.0]]).ravel().tolist() == [0.0, 0.0]
+    with pytest.raises(NumericalError) as exc:
+        P.prompt_keys(_two_token(1.0), [[tiny / 2]])
+    assert str(exc.value) == f"the keys k_it = Wᵀx_it is about 1e-308: it underflows {RANGE_TEXT}"
+    with pytest.raises(NumericalError) as exc:
+        P.prompt_keys(_two_token(2.0), [[big]])
+    assert str(exc.value) == f"the keys k_it = Wᵀx_it is about 1e+309: it overflows {RANGE_TEXT}"
+
+
+def test_output_and_risk_refusals_name_the_quantity():
+    """Oracle: hand-computed sizes. Tokens (2, 0), v = (1e308, 0): f = 2e308 overflows (the risk's
+    refusal adds the remedy). Two inputs at margin 1001 (tokens (1, 0), v = (1001, 0)): the logistic and
+    exponential risks are ≈ (1/2)·2·e^−1001 = 10^−434.73, below the normal range."""
+    inst = A.Instance(
+        np.array([[[2.0, 0.0], [2.0, 0.0]]]), np.array([1.0]), np.array([1e308, 0.0]), np.ones((1, 2))
+    )
+    with pytest.raises(NumericalError) as exc:
+        P.prompt_output(inst, np.eye(2), [0.0, 0.0])
+    assert str(exc.value) == f"the prompt outputs f_i is about 1e+308: it overflows {RANGE_TEXT}"
+    with pytest.raises(NumericalError) as exc:
+        P.prompt_risk(inst, np.eye(2), [0.0, 0.0])
+    assert (
+        str(exc.value) == f"the prompt outputs f_i is about 1e+308: it overflows {RANGE_TEXT}. Scale v down"
+    )
+    X = np.array([[[1.0, 0.0], [1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]]])
+    inst = A.Instance(X, np.array([1.0, 1.0]), np.array([1001.0, 0.0]), np.ones((2, 2)))
+    for loss in ("logistic", "exponential"):
+        with pytest.raises(NumericalError) as exc:
+            P.prompt_risk(inst, np.eye(2), [0.0, 0.0], loss=loss)
+        assert str(exc.value) == f"the prompt risk L(p) is about 1e-435: it underflows {RANGE_TEXT}"
+
+
+def test_zero_prompt_gradient_with_zero_keys():
+    """Hand-derived: W = 0 makes every key 0, so ∇_p L = Σ (…)·k_it = 0 exactly although the values
+    differ; the plain gradient is exact zeros, the direction is undefined (documented message)."""
+    inst = A.random_instance(3, 5, 6, seed=2)
+    assert P.prompt_grad(inst, np.zeros((6, 6)), np.ones(6)).tolist() == [0.0] * 6
+    with pytest.raises(NumericalError) as exc:
+        P.normalized_prompt_grad(inst, np.zeros((6, 6)), np.ones(6))
+    assert str(exc.value) == (
+        "the prompt gradient: the gradient is exactly zero at this point; the normalized direction is undefined"
+    )
+
+
+@pytest.mark.parametrize("normalized", [True, False])
+def test_gd_records_and_trajectory_fields(case, normalized):
+    """Oracle: the textbook gradient (``textbook_prompt_grad``) for log10||∇_p L|| at each recorded
+    step, the kept iterate equal to the final p, and the run's settings on the trajectory."""
+    inst, W, p = case
+    tr = P.run_prompt_gd(inst, W, 2, 0.25, normalized=normalized, p0=p, record_at=[0, 2], keep_iterates=True)
+    assert tr.lr == 0.25 and tr.normalized is normalized
+    r0, r2 = tr.record
+    assert np.array_equal(r0.p, p) and np.array_equal(r2.p, tr.p)
+    for r in (r0, r2):
+        g = textbook_prompt_grad(inst, W, r.p)
+        assert r.log10_grad_norm == pytest.approx(np.log10(np.linalg.norm(g)), rel=SAME_RTOL, abs=SAME_RTOL)
+        assert r.norm == pytest.approx(np.linalg.norm(r.p), rel=SAME_RTOL)
+        assert np.isnan(r.corr)
+    assert P.run_prompt_gd(inst, W, 1, 0.25, record_at=[1]).record[0].p is None  # iterates not kept
+
+
+def test_gd_record_of_a_zero_gradient():
+    """Hand-derived: v = 0 gives equal values, so ∇_p L = 0 exactly: the record's log10||∇_p L|| is
+    −inf; plain GD stays at p0, normalized GD stops at step 1 (the direction is undefined)."""
+    inst = A.random_instance(2, 3, 4, seed=1)
+    inst0 = A.Instance(inst.X, inst.Y, np.zeros(4))
+    W = np.eye(4)
+    tr = P.run_prompt_gd(inst0, W, 1, 0.1, normalized=False, p0=np.ones(4), record_at=[0, 1])
+    assert [r.log10_grad_norm for r in tr.record] == [-np.inf, -np.inf]
+    assert tr.p.tolist() == [1.0] * 4
+    with pytest.raises(NumericalError) as exc:
+        P.run_prompt_gd(inst0, W, 1, 0.1)
+    assert str(exc.value).startswith("normalized prompt GD at step 1: the prompt gradient: ")
+
+
+def test_record_refuses_an_unrepresentable_norm_by_name():
+    """Oracle: ||(1.5e308, 1.5e308)|| = 2.1e308 > 1.8e308 (hand-computed): the record names ||p|| and the step."""
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2))
+    )
+    with pytest.raises(NumericalError) as exc:
+        P.run_prompt_gd(inst, np.eye(2), 1, 0.1, p0=[1.5e308, 1.5e308], record_at=[0])
+    assert str(exc.value) == f"prompt GD, record at step 0: ||p|| is about 1e+308: it overflows {RANGE_TEXT}"
