@@ -179,7 +179,13 @@ def test_rows_spanning_300_orders_are_flagged_not_certified() -> None:
     sol = solve_svm(inst, alpha)
     assert not sol.certified
     assert np.all(np.isfinite(sol.W))
-    with pytest.raises(SolverError, match=r"is unresolved in float64"):
+    msg = (
+        r"^cannot decide local optimality: support constraint \(i, t\) = \(\d+, \d+\) is unresolved in "
+        r"float64 — \|\|Delta_it\|\|·\|\|z_i\|\|·\|\|W_mm\|\| exceeds 1/SUPPORT_RTOL = 1e9, so its right-hand "
+        r"side 1 is below the rounding of its margin \(the data span too many orders of magnitude across "
+        r"sequences or tokens\)\. Rescale the sequences to comparable sizes\.$"
+    )
+    with pytest.raises(SolverError, match=msg):
         local_optimality_report(inst, alpha)
 
 
@@ -325,3 +331,19 @@ def test_cli_svm_on_rows_spanning_300_orders_reports_uncertified_and_undecided(t
     assert doc["certified"] is False and doc["locally_optimal"] is None
     assert doc["local_optimality"].startswith("undecided: cannot decide local optimality")
     assert np.all(np.isfinite(np.array(doc["W"])))
+
+
+def test_overflowing_difference_in_one_sequence_leaves_subnormal_rows_of_others_exact() -> None:
+    """Sequence 0: tokens ±1.5e308 on e₃ (x_iα − x_it overflows); sequence 1: Δ = (3, 1, 0)·2^-1074 (subnormal)
+    with z = 2^1000·e₁. Only the overflowing row may take the halving path: halving sequence 1's Δ would
+    round its subnormal entries (3, 1)·2^-1074 to (2, 0)·2^-1074 and solve another problem. Oracle: the rows
+    are orthogonal, so ||W_mm||² = Σ_r 1/(||Δ_r||·||z_r||)² = (2^74/√10)² + (1/3e308)²; the second term is
+    below rounding. The solve is not certified (rows span ~10^330), but two orthogonal rows are exact."""
+    tiny = 2.0**-1074
+    X = np.zeros((2, 2, 3))
+    X[0, 0, 2], X[0, 1, 2] = 1.5e308, -1.5e308
+    X[1, 0, :2] = [3 * tiny, tiny]
+    z = np.zeros((2, 3))
+    z[0, 2], z[1, 0] = 1.0, 2.0**1000
+    sol = solve_svm(Instance(X, np.ones(2), np.ones(3), z), [0, 0])
+    assert sol.objective == pytest.approx(2.0**74 / math.sqrt(10), rel=POW2_RTOL)

@@ -11,13 +11,21 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+from decimal import Decimal
 
 import numpy as np
 import pytest
 
 import attnsvm as A
 from attnsvm import svm as S
-from attnsvm.errors import InfeasibleSVMError, InvalidInstanceError, SolverError, UnknownNameError
+from attnsvm.errors import (
+    InfeasibleSVMError,
+    InvalidInstanceError,
+    NumericalError,
+    SolverError,
+    UnknownNameError,
+)
+from attnsvm.instance import TIE_RTOL
 from attnsvm.svm import CERTIFY_RTOL, SUPPORT_RTOL, InfeasibleMinNormError, min_norm_dual, solve_svm
 
 #: Two certified solutions (each to CERTIFY_RTOL relative) of the same problem agree to 2·CERTIFY_RTOL.
@@ -425,6 +433,8 @@ def test_nuclear_norm_result_fields():
     np.testing.assert_array_equal(sol.pairs, A.svm_constraints(inst).pairs)
     assert sol.pairs.dtype == np.intp and not sol.pairs.flags.writeable
     assert sol.weakly_active == () and sol.iterations == 0 and sol.raw_rel_error is None
+    assert (sol.norm, sol.method) == ("nuc", "primal")
+    assert sol.solver == "cvxpy/CLARABEL (SDP) + rescaled to min margin 1"
 
 
 def test_nuclear_norm_infeasible_choice_is_diagnosed():
@@ -760,3 +770,230 @@ def test_nonneg_representation_survives_the_nnls_iteration_limit(monkeypatch):
     monkeypatch.setattr(S.scipy.optimize, "nnls", limit)
     LS = np.array([[1.0, 0.0], [1.0, 0.0]])
     assert S._nonneg_representation(LS, np.array([1.0, 0.0]), np.array([False, False])) is None
+
+
+# ============================================================ third mutation sample (seed 20261201)
+def test_nonneg_representation_may_give_an_equality_row_a_negative_multiplier():
+    # Rows (1, 0) (equality) and (1, 0) (inequality), u = (−1, 0): u = L_Sᵀλ needs λ₀ + λ₁ = −1 with
+    # λ₁ ≥ 0, so the equality row's multiplier is ≤ −1 (negative multipliers are allowed on equalities).
+    LS = np.array([[1.0, 0.0], [1.0, 0.0]])
+    u = np.array([-1.0, 0.0])
+    lam = S._nonneg_representation(LS, u, np.array([True, False]))
+    assert lam is not None
+    np.testing.assert_allclose(LS.T @ lam, u, rtol=0, atol=EXACT_ATOL)  # the representation itself
+    assert lam[1] >= 0.0 and lam[0] <= -1.0 + EXACT_ATOL
+
+
+def _scores_beyond_double_range() -> A.Instance:
+    # n = 1, d = 2, tokens s·(1, 0) (selected) and s·(−1, 0), z = e₁, v = −s·e₁ with s = 2^600: the single
+    # constraint is support, and the scores γ = Y·vᵀx = (−2^1200, +2^1200) are not doubles.
+    s = 2.0**600
+    X = np.array([[[s, 0.0], [-s, 0.0]]])
+    return A.Instance(X, np.array([1.0]), np.array([-s, 0.0]), z=np.array([[1.0, 0.0]]))
+
+
+def test_local_optimality_reason_quotes_scores_beyond_the_double_range():
+    # Oracle: 2^1200 to three digits from Python's exact integers (decimal), no float involved.
+    big = format(Decimal(2**1200), ".3g")
+    assert big == "1.72e+361"
+    rep = A.local_optimality_report(_scores_beyond_double_range(), [0])
+    assert rep.violating == ((0, 1),)
+    assert rep.reason == (
+        f"not locally optimal: support token 1 of sequence 0 scores {big} >= the selected token 0's -{big}"
+    )
+
+
+@pytest.mark.parametrize(("x", "e"), [(1.0, 2000), (-3.0, 1200), (1.0, -2000), (-0.75, -1100)])
+def test_pow2_formatting_beyond_the_double_range_ignores_numpy_error_state(x, e):
+    # x·2^e overflows or underflows float64; the text comes from logarithms, so it must not depend on
+    # numpy's floating-point error state (a caller may run under np.errstate(all="raise")).
+    # Oracle: the exact value x·2^e in decimal arithmetic (28 digits), rounded to 3 significant digits.
+    expected = format(Decimal(x) * Decimal(2) ** e, ".3g")
+    with np.errstate(all="raise"):
+        assert S._pow2_str(x, e) == expected
+
+
+def test_unsolved_nuclear_norm_program_is_named_in_the_solver_error(monkeypatch):
+    # An unsolved cvxpy problem has status None: the error names the SDP that was built.
+    monkeypatch.setattr(S, "_cvxpy_solve", lambda prob, what: None)
+    msg = "nuclear-norm Att-SVM: cvxpy returned status None without a solution. Use method='dual'."
+    with pytest.raises(SolverError, match="^" + re.escape(msg) + "$"):
+        solve_svm(A.random_instance(3, 3, 3, seed=0), norm="nuc")
+
+
+def test_nuclear_norm_answer_whose_margins_overflow_is_a_solver_error(monkeypatch):
+    # Δ = z = (1, 1): the unit-row margin of W = 1e308·ones is Δ̂ᵀWẑ = 2e308 = inf, so the minimum margin
+    # is inf and dividing by it gives W = 0, which cannot be made feasible.
+    X = np.array([[[0.0, 0.0], [-1.0, -1.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), z=np.array([[1.0, 1.0]]))
+    _fake_conic(monkeypatch, 1e308, "optimal")
+    msg = "nuclear-norm Att-SVM: could not restore feasibility to 1e-7"
+    with pytest.raises(SolverError, match="^" + re.escape(msg) + "$"):
+        solve_svm(inst, alpha=[0], norm="nuc")
+
+
+def test_nuclear_norm_objective_outside_the_double_range_is_named():
+    # Constraints W₀₀ ≥ 1, W₁₁ ≥ 1, W₂₂ ≥ 1 at data scale 2^-1023 (X = 2^-600·I, z = 2^-423·I): the nuclear
+    # minimiser is 2^1023·I, ||W||_F = √3·2^1023 ≈ 1.56e308 is a double, ||W||_* = 3·2^1023 ≈ 2.7e308 is not.
+    n = d = 3
+    X = np.zeros((n, 2, d))
+    X[:, 0, :] = np.ldexp(np.eye(d), -600)
+    z = np.ldexp(np.eye(d), -423)
+    inst = A.Instance(X, np.ones(n), np.ones(d), z=z)
+    with pytest.raises(
+        NumericalError,
+        match=r"^the nuclear-norm Att-SVM objective \|\|W\|\|_\* is about 1e\+308: it overflows",
+    ):
+        solve_svm(inst, alpha=[0, 0, 0], norm="nuc")
+
+
+def test_equality_index_out_of_range_message_quotes_the_valid_range():
+    msg = "equality row indices must lie in [0, 1]; got [2]"
+    with pytest.raises(InvalidInstanceError, match="^" + re.escape(msg) + "$"):
+        min_norm_dual(np.eye(2), np.ones(2), [2])
+
+
+def test_gram_with_an_off_diagonal_entry_far_beyond_its_diagonal_is_not_psd():
+    # |K_01| = 1e308 against sqrt(K_00·K_11) = 1e-300: no Gram matrix has that (Cauchy–Schwarz).
+    K = np.array([[1e-300, 1e308], [1e308, 1e-300]])
+    msg = (
+        "K must be positive semidefinite (a Gram matrix AAᵀ): an off-diagonal entry exceeds "
+        "sqrt(K_rr·K_ss) by far. Pass K = A @ A.T, or a factor."
+    )
+    with pytest.raises(InvalidInstanceError, match="^" + re.escape(msg) + "$"):
+        min_norm_dual(K, np.ones(2))
+
+
+def test_inequality_rhs_far_below_the_binding_scale_is_vacuous_and_silent():
+    # K = I, b = (2^-1000, −2^1000): row 1 holds at w = 0 (a huge negative right-hand side), so
+    # w = λ = (2^-1000, 0) exactly; rescaling b to the binding row's scale overflows row 1's entry, which
+    # must be handled without a floating-point warning (warnings from attnsvm are errors here).
+    b = np.array([2.0**-1000, -(2.0**1000)])
+    r = min_norm_dual(np.eye(2), b)
+    np.testing.assert_array_equal(r.coords @ r.factor.T, [2.0**-1000, 0.0])  # margins a_rᵀw with A = I
+    np.testing.assert_array_equal(r.multipliers, [2.0**-1000, 0.0])
+    assert r.norm == 2.0**-1000 and r.certified
+
+
+def test_equality_rhs_far_below_the_binding_scale_is_not_clamped():
+    # K = I, b = (1, −2^100), row 1 an equality: w = λ = b exactly (A = I). Only inequality right-hand
+    # sides far below the scale are vacuous; an equality one must hold as given.
+    b = np.array([1.0, -(2.0**100)])
+    r = min_norm_dual(np.eye(2), b, [1])
+    np.testing.assert_array_equal(r.margins, b)
+    np.testing.assert_array_equal(r.multipliers, b)
+    assert r.certified
+
+
+def test_multiplier_equal_to_the_smallest_normal_double_is_returned():
+    # One row a = 2^511 (K = 2^1022), b = 1: w = b/a = 2^-511 and λ = b/a² = 2^-1022 = FLOAT_TINY exactly,
+    # the smallest normal double, so it is returned (not a range error).
+    r = min_norm_dual(np.array([[2.0**1022]]), np.array([1.0]))
+    assert r.multipliers.tolist() == [2.0**-1022] and r.norm == 2.0**-511
+
+
+def test_subnormal_multiplier_is_a_range_error_naming_the_multiplier():
+    # As above with b = ½: λ = 2^-1023 is subnormal (not a normal double), ||w|| = 2^-512 is fine.
+    msg = (
+        r"^the multiplier λ_0 of min_norm_dual is about 1e-308: it underflows .*"
+        r"\. rescale K or b \(λ scales with b and with 1/K\)$"
+    )
+    with pytest.raises(NumericalError, match=msg):
+        min_norm_dual(np.array([[2.0**1022]]), np.array([0.5]))
+
+
+def test_overflowing_margin_of_a_slack_row_is_a_range_error_naming_the_margin():
+    # Rows a₀ = e₁ and a₁ = 2^511·e₁ (K = [[1, 2^511], [2^511, 2^1022]]), b = (2^600, 0): w = 2^600·e₁ is a
+    # double, but the slack row's margin a₁ᵀw = 2^1111 is not.
+    K = np.array([[1.0, 2.0**511], [2.0**511, 2.0**1022]])
+    with pytest.raises(
+        NumericalError, match=r"^the margin a_1ᵀw of min_norm_dual is about 1e\+334: it overflows"
+    ):
+        min_norm_dual(K, np.array([2.0**600, 0.0]))
+
+
+def test_least_norm_range_error_gives_the_remedy():
+    with pytest.raises(NumericalError, match=r"\. rescale b \(w scales with b\)$"):
+        min_norm_dual(np.array([[1e-20]]), np.array([1e300]))
+
+
+def test_error_bound_equal_to_certify_rtol_still_certifies(monkeypatch):
+    # CERTIFY_RTOL: certified when the error bound is *at most* this (boundary included).
+    real = S._core
+    monkeypatch.setattr(S, "_core", lambda *a: dataclasses.replace(real(*a), error_bound=CERTIFY_RTOL))
+    Am, b = _generic(0)
+    r = min_norm_dual(Am @ Am.T, b, factor=Am)
+    assert r.error_bound == CERTIFY_RTOL and r.certified
+
+
+def test_eigen_factor_keeps_eigenvalues_above_its_rank_cut_only():
+    # The eigendecomposition factor drops eigenvalues below 16·m·eps·λ_max (rounding of a PSD matrix).
+    # A diagonal K has exact eigenvalues: 16.5·m·eps is kept, 15.5·m·eps dropped (m = 2).
+    m = 2
+    keep = np.diag([1.0, 16.5 * m * S.EPS])
+    L = S._factor_from_gram(keep)
+    assert L.shape == (2, 2)
+    np.testing.assert_allclose(L @ L.T, keep, rtol=0, atol=EXACT_ATOL)
+    assert S._factor_from_gram(np.diag([1.0, 15.5 * m * S.EPS])).shape == (2, 1)
+
+
+def test_empty_problem_with_a_factor_is_trivial():
+    r = min_norm_dual(np.zeros((0, 0)), np.zeros(0), factor=np.zeros((0, 2)))
+    assert r.method == "trivial" and r.norm == 0.0 and r.certified
+
+
+def test_factor_of_a_zero_gram_matrix_must_be_zero():
+    # K = 0 (every row zero) but the factor's row has norm 1e-6: L Lᵀ = 1e-12 ≠ 0 = K. Tiny, but K has no
+    # scale to be relative to, so it is a mismatch.
+    with pytest.raises(InvalidInstanceError, match=r"^factor L does not satisfy L @ L\.T == K"):
+        min_norm_dual(np.zeros((1, 1)), np.zeros(1), factor=np.array([[1e-6]]))
+
+
+def _near_tie(gap: float) -> A.Instance:
+    # n = 1, T = 2, d = 2, v = z = e₁: tokens (1, 0) (selected) and (1 − gap, 0); the only constraint is
+    # support, and the scores differ by exactly gap; the tie tolerance is TIE_RTOL·||v||·max||x|| = TIE_RTOL.
+    X = np.array([[[1.0, 0.0], [1.0 - gap, 0.0]]])
+    return A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), z=np.array([[1.0, 0.0]]))
+
+
+def test_score_difference_against_the_tie_tolerance():
+    # TIE_RTOL = 64 eps (documented in attnsvm.instance): a gap of 128 eps is strict, one of 32 eps a tie.
+    assert A.local_optimality_report(_near_tie(2 * TIE_RTOL), [0]).locally_optimal
+    rep = A.local_optimality_report(_near_tie(TIE_RTOL / 2), [0])
+    assert rep.feasible and not rep.locally_optimal and rep.violating == ((0, 1),)
+
+
+def test_zero_row_infeasibility_message_is_the_full_sentence():
+    L = np.array([[1.0, 0.0], [0.0, 0.0]])
+    msg = (
+        "min-norm problem infeasible: rows [1] cannot hold together (row 1 is identically zero but asks for "
+        "≥ 2); the combination Σ c_r a_r with certificate c ≥ 0 vanishes while Σ c_r b_r > 0, so any "
+        "solution would need ||w|| ≥ inf. Drop or relax one of these rows."
+    )
+    with pytest.raises(InfeasibleMinNormError, match="^" + re.escape(msg) + "$"):
+        min_norm_dual(L @ L.T, np.array([1.0, 2.0]), factor=L)
+
+
+def test_infeasibility_bound_beyond_the_double_range_is_inf_and_quoted_from_logarithms():
+    # Rows (1, 0) and (−1, 1e-9), b = 2^1000·(1, 1): w₁ ≥ 2^1000 and w₂ ≥ 2·2^1000/1e-9, beyond the norm the
+    # solver accepts, so a Farkas certificate c ≈ (1, 1) is returned with ||w|| ≥ bᵀc/||Aᵀc|| ≈ 2^1001/1e-9
+    # ≈ 2.14e310: not a double (norm_bound = inf), quoted in the message, and no overflow warning.
+    A_ = np.array([[1.0, 0.0], [-1.0, 1e-9]])
+    expected = format(Decimal(2) ** 1001 / Decimal("1e-9"), ".3g")
+    assert expected == "2.14e+310"
+    with pytest.raises(InfeasibleMinNormError, match=re.escape(f"||w|| ≥ {expected}. Drop")) as exc:
+        min_norm_dual(A_ @ A_.T, np.ldexp(np.ones(2), 1000), factor=A_)
+    assert exc.value.norm_bound == np.inf
+
+
+def test_local_optimality_refuses_an_uncertified_solution_with_the_documented_sentence(monkeypatch):
+    # Inflate one KKT residual to 1: the solution is then not certified and no verdict may be given.
+    real = S._kkt
+    monkeypatch.setattr(S, "_kkt", lambda *a, **kw: dataclasses.replace(real(*a, **kw), duality_gap=1.0))
+    msg = (
+        r"^cannot decide local optimality: the Att-SVM\(alpha\) solution is not certified \(error bound "
+        r"\S+, largest relative KKT residual 1 > 1e-09\), so its support tokens are uncertain\. The instance "
+        r"is degenerate or too badly conditioned; perturb the data or choose another alpha\.$"
+    )
+    with pytest.raises(SolverError, match=msg):
+        A.local_optimality_report(A.random_instance(3, 4, 5, seed=0))
