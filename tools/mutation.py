@@ -102,6 +102,11 @@ TESTS: dict[str, list[str]] = {
 KILLED = {1, 3}
 SURVIVED = {0}
 TIMEOUT = {36, -24, 24, 152}
+#: No result: the mutant was not run (33, 5: no test covers it). Any other code — 255 is mutmut's
+#: worker raising an exception (``os._exit(-1)``), e.g. when ``pytest.main`` returns a usage error
+#: inside mutmut although the same tests run normally outside it — is *errored*: neither killed nor
+#: survived, left out of the score and reported, and the run fails.
+UNTESTED = {33, 5}
 
 
 def _copy_tree(dest: Path) -> None:
@@ -246,13 +251,15 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
             f"test run fail? see the output above, or run the selection in {dest}); no result written"
         )
     equivalent = _equivalent(module)
+    known = KILLED | TIMEOUT | SURVIVED | UNTESTED
+    errored = sorted(n for n in to_run if codes.get(n) not in known)
     if prev is None:
         killed = sorted(n for n in chosen if codes.get(n) in KILLED | TIMEOUT)
-        untested = sorted(n for n in chosen if codes.get(n) in (33, 5, None))
+        untested = sorted(n for n in chosen if codes.get(n) in UNTESTED)
     else:
         killed = sorted(set(prev["killed_names"]) | {n for n in to_run if codes.get(n) in KILLED | TIMEOUT})
-        untested = sorted(n for n in to_run if codes.get(n) in (33, 5, None))
-    survived = sorted(set(chosen) - set(killed))
+        untested = sorted(n for n in to_run if codes.get(n) in UNTESTED)
+    survived = sorted(set(chosen) - set(killed) - set(errored))
     judged = [n for n in survived if n in equivalent]
     live = [n for n in survived if n not in equivalent]
     denom = len(killed) + len(live)
@@ -271,6 +278,7 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
         "score_ci95": [lo, hi],
         "live_survivors": live,
         "untested": untested,
+        "errored": errored,
         "tests": tests,
         "seconds": round(elapsed + (prev["seconds"] if prev else 0.0), 1),
         "mutmut": "3.8.1",
@@ -285,6 +293,8 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
     )
     for n in live:
         print("  live survivor:", n)
+    if errored:
+        print(f"  {len(errored)} mutants errored inside mutmut (no result; left out of the score)")
     return doc
 
 
@@ -314,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     live = 0
     for m in args.modules:
         doc = run(m, sample=args.sample, seed=args.seed, children=args.children, survivors=args.survivors)
-        live += len(doc["live_survivors"])
+        live += len(doc["live_survivors"]) + len(doc["errored"])
     return 1 if live else 0
 
 
