@@ -86,3 +86,13 @@ def test_bad_kind_and_weights(inst, W):
         A.attention(inst, W[:-1])
     with pytest.raises(InvalidInstanceError, match="W must be finite"):
         A.output(inst, np.full_like(W, np.inf))
+
+
+def test_log_attention_of_linear_kind_lists_the_normalised_kinds(inst, W):
+    """``linear`` weights have no logarithm: the refusal names the argument and lists exactly the
+    two normalised kinds (documented message of :func:`attnsvm.errors.unknown_name`)."""
+    with pytest.raises(UnknownNameError) as info:
+        A.log_attention(inst, W, "linear")
+    assert str(info.value) == (
+        "unknown attention kind for log_attention 'linear'; expected one of 'softmax', 'normalized_linear'"
+    )

@@ -270,3 +270,72 @@ def test_cancellation_to_rounding_level_raises():
         assert np.abs(g).max() <= 1e-15  # zero up to rounding
         with pytest.raises(NumericalError, match="cancel to rounding level"):
             A.normalized_risk_grad(dup, np.zeros((1, 1)), "correlation")
+
+
+# ---------------------------------------------------- refusals: what they name (pinned by mutation testing)
+_RANGE = "float64's normal range [2.2e-308, 1.8e308]"
+
+
+@pytest.mark.parametrize("v", [-1000.0, -709.9])
+def test_exponential_risk_overflow_message_names_the_risk_its_size_and_the_remedy(v):
+    """One token value v, W = 0: L = e^{−v}, of size 10^{−v/ln 10} (mpmath). At v = −709.9 only the
+    risk's own log (709.9 > log FLOAT_MAX = 709.78) can tell: the refusal is the risk's, not the loss's."""
+    inst = A.Instance(np.array([[[1.0], [1.0]]]), np.array([1.0]), np.array([v]), np.ones((1, 1)))
+    k = int(mpmath.nint(-v / mpmath.log(10)))
+    with pytest.raises(NumericalError) as info:
+        A.risk(inst, np.zeros((1, 1)), loss="exponential")
+    assert str(info.value) == (
+        f"the risk L(W) is about 1e+{k}: it overflows {_RANGE}. Rescale the data or use the logistic loss"
+    )
+
+
+def test_logistic_risk_underflow_message_names_the_risk_its_size_and_the_remedy():
+    """Margins 1000 and 2000: L = [log1p(e^{−1000}) + log1p(e^{−2000})]/2 ≈ 10^{−434.6} (mpmath)."""
+    X = np.array([[[1.0], [0.5]], [[2.0], [1.0]]])
+    inst = A.Instance(X, np.array([1.0, 1.0]), np.array([1000.0]), np.ones((2, 1)))
+    with mpmath.workdps(30):
+        ref = (mpmath.log1p(mpmath.exp(-1000)) + mpmath.log1p(mpmath.exp(-2000))) / 2
+        k = int(mpmath.nint(mpmath.log10(ref)))
+    assert k == -435
+    with pytest.raises(NumericalError) as info:
+        A.risk(inst, np.array([[1e4]]))
+    assert str(info.value) == (
+        f"the risk L(W) is about 1e{k}: it underflows {_RANGE}. Use the log-domain normalized_risk_grad"
+    )
+
+
+def test_undetermined_loss_derivative_message_states_the_output_uncertainty():
+    """a = ±2^66 under weights ½ ± 2^−57 (W = 2^−56): f is known to ±δf with, by hand,
+    δf = [(T + d)·eps + 2·d²·eps·|x W z|]·Σ_t s_t|a_t| = (3·2^−52 + 2^−107)·2^66 ≈ 4.92e4."""
+    inst = A.Instance(np.array([[[1.0], [-1.0]]]), np.array([1.0]), np.array([2.0**66]), np.array([[1.0]]))
+    df = (3 * EPS + 2 * EPS * 2.0**-56) * 2.0**66
+    expected = (
+        f"the output f_0 = Σ_t s_it vᵀx_it is known only to ±{df:.3g} (values of both signs cancel under "
+        "rounded weights): the loss derivative ℓ'(Y_i f_i) is undetermined in float64 (its relative error "
+        "e^{δf} − 1 exceeds 1). Rescale v, or use the correlation loss"
+    )
+    for fn in (A.risk_grad, A.normalized_risk_grad):
+        with pytest.raises(NumericalError) as info:
+            fn(inst, np.array([[2.0**-56]]))
+        assert str(info.value) == expected
+
+
+def test_loss_derivative_is_refused_exactly_where_its_uncertainty_reaches_one():
+    """W = 0, tokens ±1 with values ±a: s = ½ exactly and f = 0, but the documented bound
+    δf = (T + d)·eps·Σ_t s_t|a_t| = 3·eps·a (here δl = 0) is what float64 can vouch for. The logistic
+    ℓ' moves by e^{κδf}, κ = σ(u + δf): at a = 2^50, δf = 0.75 and κδf < 1, so the gradient is
+    returned, by hand −½·(½a + ½a)/1 = −2^49 (direction −1, log-norm 49 ln 2); at a = 1.5·2^51,
+    δf = 2.25 and κδf = 2.25·σ(2.25) ≈ 2.0 > 1, so both forms refuse, naming δf."""
+    one = np.array([[[1.0], [-1.0]]])
+    W = np.zeros((1, 1))
+    inst = A.Instance(one, np.array([1.0]), np.array([2.0**50]), np.array([[1.0]]))
+    assert A.risk_grad(inst, W)[0, 0] == pytest.approx(-(2.0**49), rel=4 * EPS)
+    D = A.normalized_risk_grad(inst, W)
+    assert D.direction[0, 0] == -1.0
+    assert D.log_norm == pytest.approx(49 * np.log(2.0), rel=4 * EPS)
+    inst = A.Instance(one, np.array([1.0]), np.array([1.5 * 2.0**51]), np.array([[1.0]]))
+    for fn in (A.risk_grad, A.normalized_risk_grad):
+        with pytest.raises(
+            NumericalError, match=r"^the output f_0 = Σ_t s_it vᵀx_it is known only to ±2\.25 "
+        ):
+            fn(inst, W)

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm.errors import AttnSVMError, InvalidInstanceError, TiedScoresError, UnknownNameError
+from attnsvm.errors import (
+    AttnSVMError,
+    InvalidInstanceError,
+    NumericalError,
+    TiedScoresError,
+    UnknownNameError,
+)
+from attnsvm.instance import TIE_RTOL
 
 
 def _data(n=3, T=4, d=5, seed=0):
@@ -158,3 +167,154 @@ def test_import_does_not_load_torch():
     code = "import sys, attnsvm, attnsvm.cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_repr_states_sizes_and_query_kind_exactly():
+    """The repr is documented output: sizes and which query the instance uses, word for word."""
+    X, Y, v = _data()
+    assert repr(A.Instance(X, Y, v)) == "Instance(n=3, T=4, d=5, self-attention (z = first token))"
+    assert repr(A.Instance(X, Y, v, X[:, 1, :])) == "Instance(n=3, T=4, d=5, cross-attention (z given))"
+
+
+def test_overflowing_token_value_message_names_its_size():
+    """v·x_01 = 4·2^1023 = 2^1025 (hand-derived): the message gives its decimal exponent,
+    round(1025·log10 2) = 309, not the size of the other, finite value (v·x_00 = 4)."""
+    inst = A.Instance(np.array([[[1.0], [2.0**1023]]]), np.array([1.0]), np.array([4.0]), np.ones((1, 1)))
+    expected_exp = round(1025 * math.log10(2.0))
+    assert expected_exp == 309
+    with pytest.raises(NumericalError) as info:
+        inst.values()
+    assert str(info.value) == (
+        f"the token values vᵀx_it is about 1e+{expected_exp}: it overflows float64's normal range "
+        "[2.2e-308, 1.8e308]"
+    )
+
+
+def test_token_values_below_the_range_are_refused_with_the_first_ones_size():
+    """v = 2^-600, tokens 2^-600, 2^-700, 0 (hand-derived): the values 2^-1200 and 2^-1300 are not
+    doubles; the message names the first, round(-1200·log10 2) = -361; the zero value is no reason."""
+    X = np.array([[[2.0**-600], [2.0**-700], [0.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([2.0**-600]), np.ones((1, 1)))
+    expected_exp = round(-1200 * math.log10(2.0))
+    assert expected_exp == -361
+    # The refusal is the library's, whatever the caller's floating-point error state.
+    with pytest.raises(NumericalError) as info, np.errstate(all="raise"):
+        inst.values()
+    assert str(info.value) == (
+        "the token values vᵀx_it (the size Σ_k|v_k x_itk| of a nonzero one) is about "
+        f"1e{expected_exp}: it underflows float64's normal range [2.2e-308, 1.8e308]. "
+        "Scale v or X up (optimal_tokens does not need the values themselves)"
+    )
+
+
+def test_smallest_normal_token_value_and_an_exact_zero_are_returned():
+    """2^-511·2^-511 = 2^-1022 is the smallest normal double (returned exactly), and a zero token
+    has the exact value 0 (neither is below the range)."""
+    X = np.array([[[2.0**-511], [0.0]]])
+    inst = A.Instance(X, np.array([-1.0]), np.array([2.0**-511]), np.ones((1, 1)))
+    np.testing.assert_array_equal(inst.values(), [[2.0**-1022, 0.0]])
+    np.testing.assert_array_equal(inst.scores(), [[-(2.0**-1022), 0.0]])
+
+
+TIE_MESSAGE_TAIL = (
+    "score within the rounding level 1.42e-14·Σ_k|v_k x_itk| of each other; the optimal token is "
+    "undefined. Pass an explicit alpha, or perturb the data."
+)
+
+
+def test_scores_exactly_one_tolerance_apart_are_a_tie():
+    """Scores 1 and 1 − 2^-46 (v = 1, d = 1): their gap equals TIE_RTOL·max_t|v x_t| = 64·eps·1 exactly,
+    which is "within the rounding level"; both tokens are named."""
+    assert TIE_RTOL == 2.0**-46
+    X = np.array([[[1.0], [1.0 - 2.0**-46]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0]), np.ones((1, 1)))
+    with pytest.raises(TiedScoresError) as info:
+        inst.optimal_tokens()
+    assert (
+        str(info.value) == "sequence 0 has a tie for the best token score: tokens [0, 1] " + TIE_MESSAGE_TAIL
+    )
+
+
+def test_tie_message_lists_exactly_the_tied_tokens():
+    """Sequence 1 has tokens 0 and 2 equal and best, token 1 and 3 lower: exactly [0, 2] are named."""
+    X = np.array([[[3.0], [1.0], [2.0], [0.0]], [[2.0], [1.0], [2.0], [-1.0]]])
+    inst = A.Instance(X, np.array([1.0, 1.0]), np.array([1.0]), np.ones((2, 1)))
+    with pytest.raises(TiedScoresError) as info:
+        inst.optimal_tokens()
+    assert (
+        str(info.value) == "sequence 1 has a tie for the best token score: tokens [0, 2] " + TIE_MESSAGE_TAIL
+    )
+
+
+def test_tie_tolerance_is_relative_to_the_scores_not_absolute():
+    """v = (2^-40, 1), tokens (1, 0) and (0, 0): scores 2^-40 and 0 differ by all of their size
+    (Σ_k|v_k x_tk| = 2^-40), far beyond 64·eps of it: token 0 is optimal, no tie."""
+    X = np.array([[[1.0, 0.0], [0.0, 0.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([2.0**-40, 1.0]), np.ones((1, 2)))
+    np.testing.assert_array_equal(inst.optimal_tokens(), [0])
+
+
+def test_random_instance_default_seed_is_zero():
+    """The documented default ``seed=0``: the default draw is the seed-0 draw."""
+    a, b = A.random_instance(2, 3, 4), A.random_instance(2, 3, 4, seed=0)
+    for x, y in ((a.X, b.X), (a.Y, b.Y), (a.v, b.v), (a.z, b.z)):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_unknown_family_message_is_exact():
+    """The refusal names the argument, echoes the value and lists the families (unknown_name's format)."""
+    with pytest.raises(UnknownNameError) as info:
+        A.random_instance(2, 3, 4, family="cauchy")
+    assert str(info.value) == (
+        "unknown instance family 'cauchy'; expected one of 'gaussian', 'unit', 'self_attention'"
+    )
+
+
+def test_random_labels_are_fair_signs():
+    """Y_i = ±1 with probability ½ each: over n = 4000 draws the count of +1 is Binomial(4000, ½),
+    mean 2000, sd ≈ 31.6; 6 sd (190) bounds it for every seed but with probability < 1e-8."""
+    for family in A.FAMILIES:
+        Y = A.random_instance(4000, 2, 1, seed=11, family=family).Y
+        assert set(np.unique(Y)) == {-1.0, 1.0}
+        assert abs(int(np.sum(Y > 0)) - 2000) <= 190
+
+
+def test_check_alpha_returns_read_only_intp_and_states_the_range_exactly():
+    """Token indices come back as a read-only intp array (from ints or integral floats), and an
+    index out of range is named with the valid range [0, T − 1] (T = 4 here: [0, 3])."""
+    inst = A.random_instance(3, 4, 5, seed=0)
+    for alpha in ([0, 3, 1], np.array([0.0, 3.0, 1.0]), np.array([0, 3, 1], dtype=np.int8)):
+        out = inst.check_alpha(alpha)
+        assert out.dtype == np.intp and not out.flags.writeable
+        np.testing.assert_array_equal(out, [0, 3, 1])
+    with pytest.raises(InvalidInstanceError) as info:
+        inst.check_alpha([0, 4, 1])
+    assert str(info.value) == "alpha[1] = 4 is out of range; token indices must lie in [0, 3]"
+
+
+def test_split_rows_scales_each_row_by_its_own_power_of_two():
+    """Hand-derived: row (3, 1) has largest entry 3 = 0.75·2^2, so it becomes (0.75, 0.25) with e = 2;
+    the zero row keeps e = 0. The default is one leading axis (per row), the result float64 even
+    for small integer input, and an empty block counts as all-zero."""
+    from attnsvm.instance import split_rows
+
+    a = np.array([[3, 1], [0, 0], [-1, 0]], dtype=np.int8)
+    scaled, e = split_rows(a)
+    assert scaled.dtype == np.float64
+    np.testing.assert_array_equal(scaled, [[0.75, 0.25], [0.0, 0.0], [-0.5, 0.0]])
+    np.testing.assert_array_equal(e, [2, 0, 1])
+    # lead = ndim: every entry is its own block (3 = 0.75·2^2, −0.5 = −0.5·2^0, 0 keeps e = 0).
+    each, e_each = split_rows(np.array([3.0, -0.5, 0.0]), 1)
+    np.testing.assert_array_equal(each, [0.75, -0.5, 0.0])
+    np.testing.assert_array_equal(e_each, [2, 0, 0])
+    empty, e_empty = split_rows(np.zeros((3, 0)), 1)
+    assert empty.shape == (3, 0)
+    np.testing.assert_array_equal(e_empty, [0, 0, 0])
+
+
+def test_weights_of_wrong_rank_are_refused_for_their_rank():
+    """A flat W (25 entries for d = 5) is refused for its rank, before any shape comparison."""
+    inst = A.random_instance(3, 4, 5, seed=0)
+    with pytest.raises(InvalidInstanceError) as info:
+        inst.check_weights(np.zeros(25))
+    assert str(info.value) == "W must have 2 dimension(s); got shape (25,)"

@@ -379,3 +379,22 @@ def test_exact_copies_of_the_selected_token_do_not_count_as_value_rounding() -> 
     res = A.normalized_risk_grad(dup, W)
     assert np.linalg.norm(res.direction - direction) <= GRAD_RTOL
     assert abs(res.log_norm - float(log_norm)) <= LOG_NORM_ATOL
+
+
+@pytest.mark.parametrize(("j", "side"), [(-415, "underflows"), (350, "overflows")])
+def test_risk_grad_refusal_message_names_the_gradient_its_size_and_the_remedy(j: int, side: str) -> None:
+    """The whole refusal is the contract: the quantity, its decimal size 10^k from the mpmath
+    log||∇L||, the range and the remedy (engines and users read it)."""
+    inst0, W0 = _case()
+    inst = _scale(inst0, j, j, min(j, 0))  # the two cases of the refusal tests above
+    W = np.ldexp(W0, -2 * j)  # logits unchanged
+    log_norm, _ = mp_log_grad(inst, W)
+    k = int(mpmath.nint(log_norm / mpmath.log(10)))
+    with pytest.raises(GradientRangeError) as ei:
+        A.risk_grad(inst, W)
+    assert str(ei.value) == (
+        f"the risk gradient ∇L(W) (Frobenius norm) is about 1e{k:+d}: it {side} float64's normal range "
+        "[2.2e-308, 1.8e308]. Use normalized_risk_grad, which returns the direction and log||∇L|| "
+        "exactly at any scale"
+    )
+    assert abs(ei.value.log_norm - float(log_norm)) <= LOG_NORM_ATOL

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm.errors import InvalidInstanceError
+from attnsvm.errors import InvalidInstanceError, NumericalError
 
 #: products of O(1) entries summed over ≤ 64 terms: absolute error ≤ 64·eps·Σ|terms| ≈ 1e-13.
 SUM_ATOL = 1e-12
@@ -71,3 +73,62 @@ def test_bad_alpha(inst):
         A.svm_rows(inst, [0, 0, 0, 6])
     with pytest.raises(InvalidInstanceError, match="shape"):
         A.svm_gram(inst, [0, 0])
+
+
+def test_out_of_range_row_and_gram_messages_give_the_entry_size():
+    """n = T - 1 = d = 1, x_0 = 2^600, x_1 = 0, z = 2^500 (hand-derived): the one row entry is
+    z·Δ = 2^1100 ≈ 1e+331 and the Gram entry (z·z)(Δ·Δ) = 2^2200 ≈ 1e+662; the messages state
+    those decimal exponents (round(k·log10 2)) exactly."""
+    inst = A.Instance(
+        np.array([[[2.0**600], [0.0]]]), np.array([1.0]), np.array([1.0]), np.array([[2.0**500]])
+    )
+    row_exp, gram_exp = round(1100 * math.log10(2.0)), round(2200 * math.log10(2.0))
+    assert (row_exp, gram_exp) == (331, 662)
+    tail = ": it overflows float64's normal range [2.2e-308, 1.8e308]"
+    with pytest.raises(NumericalError) as info:
+        A.svm_rows(inst, [0])
+    assert (
+        str(info.value) == f"an Att-SVM row entry z_ij·Δ_itk is about 1e+{row_exp}{tail}. Scale X or z down"
+    )
+    with pytest.raises(NumericalError) as info:
+        A.svm_gram(inst, [0])
+    assert str(info.value) == f"an Att-SVM Gram entry (z_i·z_j)(Δ_it·Δ_ju) is about 1e+{gram_exp}{tail}"
+
+
+def test_out_of_range_refusals_do_not_depend_on_the_callers_error_state():
+    """X, z ×2^-300 (Gram entries ≈ 2^-1200, oracle: exact scaling of the O(1) Gram at scale 1) and
+    X, z ×2^-600 (rows ≈ 2^-1200): the library's NumericalError comes back even when the caller has
+    turned every floating-point warning into an exception."""
+    inst0 = A.random_instance(2, 3, 4, seed=3)
+    small = A.Instance(np.ldexp(inst0.X, -300), inst0.Y, inst0.v, np.ldexp(inst0.z, -300))
+    tiny = A.Instance(np.ldexp(inst0.X, -600), inst0.Y, inst0.v, np.ldexp(inst0.z, -600))
+    with np.errstate(all="raise"):
+        with pytest.raises(NumericalError, match="Gram entry .*underflows"):
+            A.svm_gram(small)
+        with pytest.raises(NumericalError, match="underflows"):
+            A.svm_rows(tiny)
+
+
+def test_gram_diagonal_at_the_smallest_normal_is_returned_exactly():
+    """z = 2^-256, Δ = 2^-255 (d = 1, hand-derived): ||z||²·||Δ||² = 2^-1022, the smallest normal
+    double, is in range and returned exactly."""
+    inst = A.Instance(
+        np.array([[[2.0**-255], [0.0]]]), np.array([1.0]), np.array([1.0]), np.array([[2.0**-256]])
+    )
+    np.testing.assert_array_equal(A.svm_gram(inst, [0]), [[2.0**-1022]])
+
+
+def test_gram_underflow_message_names_the_first_small_diagonal_entry():
+    """z = 2^-300, Δ_1 = −2^-300, Δ_2 = −2^-350 (hand-derived): diagonal entries 2^-1200 and 2^-1300
+    are both below the range; the message gives the first one's exponent round(−1200·log10 2) = −361."""
+    X = np.array([[[0.0], [2.0**-300], [2.0**-350]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0]), np.array([[2.0**-300]]))
+    expected_exp = round(-1200 * math.log10(2.0))
+    assert expected_exp == -361
+    with pytest.raises(NumericalError) as info:
+        A.svm_gram(inst, [0])
+    assert str(info.value) == (
+        f"a diagonal Att-SVM Gram entry ||z_i||²·||Δ_it||² is about 1e{expected_exp}: it underflows "
+        "float64's normal range [2.2e-308, 1.8e308]. Scale X or z up (the Att-SVM solution scales as "
+        "W_mm(cX, cz) = W_mm(X, z)/c²)"
+    )
