@@ -189,6 +189,11 @@ def _bounded_discards(tally: _Tally, max_fraction: float = MAX_DISCARD_FRACTION)
     return deco
 
 
+_ORACLE_TALLY = _Tally()
+#: The error model fixes a direction only when ``||Ĝ − G*|| < ½||G*||`` (else its sign is unknown).
+UNDETERMINED_REL = 0.5
+
+
 def _to_float(G: list[list[mpmath.mpf]]) -> np.ndarray:
     return np.array([[float(g) for g in row] for row in G])
 
@@ -341,19 +346,36 @@ def _direction_rel(inst: Instance, W: np.ndarray, loss: str, norm: mpmath.mpf, S
     return ULPS * EPS * kappa * ratio
 
 
+@_bounded_discards(_ORACLE_TALLY)
 @given(saturated, st.sampled_from(LOSSES))
 def test_normalized_direction_matches_oracle(pair: tuple[Instance, np.ndarray], loss: str) -> None:
     """Oracle: the 50-digit mpmath gradient, normalised. The log-domain direction is exact even where
-    ∇L underflows to 0 in float64 (runner-up weights down to e^{−2000})."""
+    ∇L underflows to 0 in float64 (runner-up weights down to e^{−2000}).
+
+    Condition: the direction is a float64 answer only where the error model fixes it, ``rel < ½``
+    (``rel`` includes the values' own rounding ``A_t``). Found by the ci run: saturated sequences
+    whose two leading values are both at the rounding level of their dot products
+    (``a = 1.1e-16, 8.3e-17`` with ``Σ|v_k x_k| ≈ 1``, ``rel = 3e7``): their difference, hence the
+    direction, is rounding noise, and ``normalized_risk_grad`` refuses. There a refusal is the right
+    answer and is asserted to happen only there; returned directions there are counted and bounded."""
+    _ORACLE_TALLY.run += 1
     inst, W = pair
     Gm, Sm = mp_grad_and_scale(inst, W, loss)
     norm = _mp_norm(Gm)
     with mpmath.workdps(ORACLE_DPS):
         D = np.array([[float(g / norm) for g in row] for row in Gm])
         log_norm = float(mpmath.log(norm))
-    res = A.normalized_risk_grad(inst, W, loss)
     # ||Ĝ − G*||/||G*|| ≤ rel; the unit vectors then differ by ≤ 2·rel.
     rel = _direction_rel(inst, W, loss, norm, Sm)
+    try:
+        res = A.normalized_risk_grad(inst, W, loss)
+    except A.NumericalError as exc:
+        assert rel >= UNDETERMINED_REL, f"refused a direction the error model fixes (rel = {rel:.3g}): {exc}"
+        event("refused: direction undetermined by the error model (rel ≥ ½)")
+        return
+    if rel >= UNDETERMINED_REL:
+        _ORACLE_TALLY.discard("direction undetermined by the error model (rel ≥ ½), returned")
+        return
     err = float(np.linalg.norm(res.direction - D))
     bound = 2 * rel + _log_domain_rtol(inst, W, loss)
     target(err / bound, label="direction error / bound")

@@ -44,6 +44,7 @@ from attnsvm import strategies as S
 from attnsvm.errors import NumericalError
 from attnsvm.instance import Instance
 from attnsvm.lipschitz import lipschitz_bound, lipschitz_estimate
+from attnsvm.scaling import FLOAT_MAX, FLOAT_TINY
 
 EPS = float(np.finfo(np.float64).eps)
 PAIR_ULPS = 8.0
@@ -123,7 +124,10 @@ def _verify_range_refusal(inst: Instance, kind: str, of: str, R: float, estimate
     outputs) must lie outside the normal range ``[2^-1022, 2^1024)``."""
     base, eX, ez, ev = _normalised(inst)
     k = eX + ez + (eX + ev if of == "output" else 0)
-    Rn = math.ldexp(R, eX + ez)
+    # The constant is nondecreasing in the radius. When R·2^(eX+ez) leaves the double range, clamp it
+    # to the range's end on the same side: a radius below the true one (overflow side) or above it
+    # (underflow side) gives a value on the safe side, so "outside the range" still follows.
+    Rn = min(max(math.ldexp(R, eX + ez), FLOAT_TINY), FLOAT_MAX)
     if estimate:
         val = lipschitz_estimate(base, kind, radius=Rn, of=of, samples=6, steps=4, starts=1).value
     else:

@@ -79,7 +79,7 @@ def unit_points(d: int) -> st.SearchStrategy[np.ndarray]:
     )
 
 
-costly = settings(max_examples=max(5, settings.default.max_examples // 4))
+costly = settings(max_examples=max(20, settings.default.max_examples // 4))
 
 
 class _Tally:

@@ -11,6 +11,8 @@ import torch
 import attnsvm as A
 from attnsvm.errors import AttnSVMError, InvalidInstanceError, NumericalError
 from attnsvm.gd import (
+    GDRecord,
+    _settled,
     direction_corr,
     direction_gap,
     fit_rate,
@@ -562,3 +564,515 @@ def test_batched_custom_loss_without_log_derivative_equals_single() -> None:
     bt = run_gd_batch(insts, 100, 0.1, loss=custom)
     for b, inst in enumerate(insts):
         assert _rel(bt.W[b], run_gd(inst, 100, 0.1, loss=custom).W) < RTOL_ENGINES
+
+
+# ====================================================== pinned by mutation testing (issue 13 §4)
+#: Hand-derived values of the tests below are sums of a few O(1) doubles: a few ulps of 1.
+ABS_FEW_ULPS = 8 * float(np.finfo(np.float64).eps)
+
+
+# ------------------------------------------------------------------------------ fit_rate
+def test_fit_rate_names_the_wrong_rank_of_gap() -> None:
+    with pytest.raises(InvalidInstanceError) as ei:
+        fit_rate([1.0, 2.0, 3.0], [[1.0, 2.0, 3.0]])
+    assert str(ei.value) == "gap must have 1 dimension(s); got shape (1, 3)"
+
+
+def test_fit_rate_names_a_non_finite_gap() -> None:
+    with pytest.raises(InvalidInstanceError) as ei:
+        fit_rate([1.0, 2.0, 3.0], [1.0, math.nan, 3.0])
+    assert str(ei.value) == (
+        "gap must be finite; found nan at index (1,). Remove or impute NaN/Inf entries first."
+    )
+
+
+@pytest.mark.parametrize(
+    ("x", "gap", "message"),
+    [
+        (
+            [0.0, 2.0, 3.0],
+            [1.0, 2.0, 3.0],
+            "x must be positive for a log-log fit; x[0] = 0.0. "
+            "Drop zero gaps (direction already exact) or steps 0.",
+        ),
+        (
+            [1.0, 2.0, 3.0],
+            [1.0, 0.0, 3.0],
+            "gap must be positive for a log-log fit; gap[1] = 0.0. "
+            "Drop zero gaps (direction already exact) or steps 0.",
+        ),
+    ],
+)
+def test_fit_rate_names_the_first_non_positive_entry(x: list[float], gap: list[float], message: str) -> None:
+    with pytest.raises(InvalidInstanceError) as ei:
+        fit_rate(x, gap)
+    assert str(ei.value) == message
+
+
+def test_fit_rate_accepts_exactly_three_points_and_counts_them() -> None:
+    # gap = 10·x^−2 on x = 1, 10, 100: slope −2, intercept 1, R² = 1, three points (the documented minimum)
+    fit = fit_rate([1.0, 10.0, 100.0], [10.0, 0.1, 1e-3])
+    assert fit.n_points == 3
+    assert fit.slope == pytest.approx(-2.0, abs=ABS_FEW_ULPS * 10)
+    assert fit.intercept == pytest.approx(1.0, abs=ABS_FEW_ULPS * 10)
+    assert fit.r2 == pytest.approx(1.0, abs=ABS_FEW_ULPS)
+
+
+def test_fit_rate_r2_of_a_constant_gap_is_one() -> None:
+    # Every log10 gap equal: the points lie exactly on the line of slope 0 (ss_tot = 0), R² = 1 by
+    # the documented convention "1 for points exactly on a line" (not 0/0).
+    fit = fit_rate([1.0, 10.0, 100.0], [5.0, 5.0, 5.0])
+    assert fit.r2 == 1.0
+    assert fit.slope == pytest.approx(0.0, abs=ABS_FEW_ULPS * 10)
+
+
+def test_fit_rate_r2_of_a_small_symmetric_bump_is_zero() -> None:
+    # log10 x = 0, 1, 2 and log10 gap = 0, 0.1, 0: the least-squares line is flat at 1/30, so the
+    # residuals (−1, 2, −1)/30 are the deviations from the mean and R² = 1 − ss_res/ss_tot = 0 by hand.
+    # ss_tot = 6/900 < 1: a small spread still gets its true R².
+    fit = fit_rate([1.0, 10.0, 100.0], [1.0, 10.0**0.1, 1.0])
+    assert fit.r2 == pytest.approx(0.0, abs=ABS_FEW_ULPS * 10)
+    assert fit.slope == pytest.approx(0.0, abs=ABS_FEW_ULPS * 10)
+    assert fit.intercept == pytest.approx(1.0 / 30.0, abs=ABS_FEW_ULPS)
+
+
+# ------------------------------------------------------------------------- early stop
+def _rec(tokens: list[int], W: np.ndarray | None) -> GDRecord:
+    return GDRecord(0, 0.0, 0.0, np.array(tokens, dtype=np.intp), math.nan, math.nan, 0.0, W)
+
+
+def test_settled_needs_all_three_records_to_select_the_same_tokens() -> None:
+    W = np.eye(2)
+    assert _settled([_rec([0], W), _rec([0], W), _rec([0], W)], 0.0)
+    # the first two agree, the last one does not: not settled
+    assert not _settled([_rec([0], W), _rec([0], W), _rec([1], W)], 0.0)
+    assert not _settled([_rec([1], W), _rec([0], W), _rec([0], W)], 0.0)
+
+
+def test_settled_accepts_a_gap_equal_to_the_tolerance() -> None:
+    # identical iterates: both gaps are exactly 0, and the documented criterion is gap ≤ tol
+    W = np.array([[1.0, 2.0], [3.0, 4.0]])
+    assert _settled([_rec([0], W), _rec([0], W), _rec([0], W)], 0.0)
+
+
+def test_settled_with_all_ones_iterates() -> None:
+    # a nonzero iterate whose entries are all 1 has a direction like any other
+    W = np.ones((3, 3))
+    assert _settled([_rec([2], W), _rec([2], W.copy()), _rec([2], W.copy())], 1e-12)
+
+
+@pytest.mark.parametrize("missing", [0, 1, 2])
+def test_settled_is_false_without_iterates(missing: int) -> None:
+    recs = [_rec([0], np.eye(2)) for _ in range(3)]
+    recs[missing] = _rec([0], None)
+    assert not _settled(recs, 1.0)
+
+
+# ---------------------------------------------------------------------------- (K, Q) GD
+def test_kq_default_factors_are_a_tenth_of_standard_normal_draws() -> None:
+    # Documented: K0, Q0 default to init_scale · standard normal draws from default_rng(seed),
+    # K first, with init_scale = 0.1 by default.
+    inst = A.random_instance(3, 4, 5, seed=7)
+    rng = np.random.default_rng(0)
+    K0 = 0.1 * rng.standard_normal((5, 5))
+    Q0 = 0.1 * rng.standard_normal((5, 5))
+    default = run_gd_kq(inst, 3, 0.1)
+    explicit = run_gd_kq(inst, 3, 0.1, K0=K0, Q0=Q0)
+    np.testing.assert_array_equal(default.K, explicit.K)
+    np.testing.assert_array_equal(default.Q, explicit.Q)
+
+
+def test_kq_factor_width_is_that_of_k0() -> None:
+    # Documented: m defaults to the width of K0 when K0 is given (here 3 < d = 5).
+    inst = A.random_instance(3, 4, 5, seed=7)
+    rng = np.random.default_rng(1)
+    K0, Q0 = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    tr = run_gd_kq(inst, 2, 0.1, K0=K0, Q0=Q0)
+    assert tr.K.shape == (5, 3) and tr.Q.shape == (5, 3)
+
+
+def test_kq_names_a_k0_of_the_wrong_rank() -> None:
+    inst = A.random_instance(3, 4, 5, seed=7)
+    with pytest.raises(InvalidInstanceError) as ei:
+        run_gd_kq(inst, 2, 0.1, K0=np.ones(5))
+    assert str(ei.value) == "K0 must have 2 dimension(s); got shape (5,)"
+
+
+def test_kq_normalized_gd_at_a_saddle_says_so() -> None:
+    # K = Q = 0: ∇L(W) Q = ∇L(W)ᵀ K = 0 whatever ∇L(0) is, so the joint direction is undefined.
+    inst = A.random_instance(3, 4, 5, seed=7)
+    with pytest.raises(NumericalError) as ei:
+        run_gd_kq(inst, 2, 0.1, K0=np.zeros((5, 5)), Q0=np.zeros((5, 5)))
+    assert str(ei.value) == (
+        "normalized (K, Q) GD at step 1: ∇L(W) Q and ∇L(W)ᵀ K are both zero "
+        "(K, Q at a saddle); start from other factors"
+    )
+
+
+def test_kq_names_an_initial_product_beyond_float64() -> None:
+    # K0 = Q0 = 2^600 (all entries): W_0 = K0 Q0ᵀ has entries 5·2^1200 ≈ 1e362 (> 1.8e308). With the
+    # first record at step 2, W_0 is first formed for step 1, and the error must still name W_0.
+    inst = A.random_instance(3, 4, 5, seed=7)
+    big = np.full((5, 5), 2.0**600)
+    with pytest.raises(NumericalError) as ei:
+        run_gd_kq(inst, 2, 0.1, K0=big, Q0=big, record_at=[2])
+    assert str(ei.value) == (
+        "W_0 = K Qᵀ (largest entry) is about 1e+362: it overflows float64's normal range "
+        "[2.2e-308, 1.8e308]. Rescale K0, Q0 or lr"
+    )
+
+
+def test_plain_kq_gd_equals_textbook_factor_update() -> None:
+    # K ← K − η ∇L(W) Q, Q ← Q − η ∇L(W)ᵀ K (simultaneous), ∇L from the core's risk_grad.
+    inst = A.random_instance(3, 4, 5, seed=5)
+    rng = np.random.default_rng(0)
+    K0, Q0 = 0.3 * rng.standard_normal((5, 5)), 0.3 * rng.standard_normal((5, 5))
+    K, Q = K0.copy(), Q0.copy()
+    for _ in range(20):
+        g = A.risk_grad(inst, K @ Q.T)
+        K, Q = K - 0.5 * (g @ Q), Q - 0.5 * (g.T @ K)
+    tr = run_gd_kq(inst, 20, 0.5, normalized=False, K0=K0, Q0=Q0, loss="logistic")
+    assert _rel(tr.K, K) < RTOL_TEXTBOOK and _rel(tr.Q, Q) < RTOL_TEXTBOOK
+    assert tr.steps_run == 20 and tr.stop_reason == "steps" and not tr.saturated
+    assert tr.lr == 0.5 and tr.loss == "logistic" and not tr.normalized
+    assert all(r.W is None for r in tr.record)  # run_gd_kq keeps no iterates in its records
+
+
+def _kq_factors_of(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    U, S, Vt = np.linalg.svd(W)
+    return U * np.sqrt(S), Vt.T * np.sqrt(S)
+
+
+def test_plain_kq_gd_stops_when_the_update_no_longer_changes_the_factors() -> None:
+    # W_0 = 60·Ŵ_mm: ||∇L|| ~ 1e-25, so η ∇L Q is below half an ulp of every entry of K, Q.
+    inst = A.random_instance(3, 4, 5, seed=7)
+    Wmm = solve_svm(inst).W
+    K0, Q0 = _kq_factors_of(60.0 * Wmm / np.linalg.norm(Wmm))
+    tr = run_gd_kq(inst, 5, 0.1, normalized=False, K0=K0, Q0=Q0, reference=Wmm, record_at=[5])
+    assert tr.stop_reason == "stalled" and tr.saturated and tr.steps_run == 0
+    np.testing.assert_array_equal(tr.K, K0)
+    np.testing.assert_array_equal(tr.Q, Q0)
+    # the state where it stopped is recorded, with its reference measures and no iterate
+    (r,) = tr.record
+    assert r.step == 0 and r.W is None
+    assert r.corr == pytest.approx(direction_corr(K0 @ Q0.T, Wmm), abs=4e-16)
+    assert r.log10_grad_norm == pytest.approx(math.log10(np.linalg.norm(A.risk_grad(inst, tr.W))), rel=1e-12)
+    assert tr.nuclear_norms.shape == (1,)
+
+
+def test_plain_kq_gd_stops_as_stationary_where_the_gradient_is_zero() -> None:
+    # v = e_1 and every token's first feature 0.5: every token value vᵀx is 0.5 exactly, so ∇L = 0
+    # exactly at every W.
+    inst = A.random_instance(3, 4, 5, seed=7)
+    X = inst.X.copy()
+    X[:, :, 0] = 0.5
+    flat = A.Instance(X=X, Y=inst.Y, z=inst.z, v=np.eye(5)[0])
+    tr = run_gd_kq(flat, 5, 0.1, normalized=False)
+    assert tr.stop_reason == "stationary" and tr.saturated and tr.steps_run == 0
+    assert [r.step for r in tr.record] == [0] and tr.record[0].log10_grad_norm == -math.inf
+
+
+def test_plain_kq_gd_refuses_a_gradient_beyond_float64() -> None:
+    # Exponential loss with token values ~ ±2.6e3: e^{−Y f} ~ e^{900} at the misclassified sequences.
+    inst = A.random_instance(3, 4, 5, seed=7)
+    hot = A.Instance(X=inst.X, Y=inst.Y, z=inst.z, v=1e3 * inst.v)
+    with pytest.raises(NumericalError) as ei:
+        run_gd_kq(hot, 2, 0.1, normalized=False, loss="exponential")
+    assert str(ei.value) == "plain (K, Q) GD at step 1: the gradient is not finite; lower lr"
+
+
+def test_plain_kq_gd_divergence_raises() -> None:
+    # lr = 1e308 and Q ~ 1e3: η ∇L(W) Q overflows; the factors would become Inf.
+    inst = A.random_instance(3, 4, 5, seed=7)
+    rng = np.random.default_rng(3)
+    K0, Q0 = 1e-3 * rng.standard_normal((5, 5)), 1e3 * rng.standard_normal((5, 5))
+    with pytest.raises(NumericalError) as ei:
+        run_gd_kq(inst, 2, 1e308, normalized=False, K0=K0, Q0=Q0)
+    assert str(ei.value) == "plain (K, Q) GD diverged at step 1: factors became non-finite; lower lr"
+
+
+def test_pow2_factors_are_doubles_whose_product_is_two_to_the_k() -> None:
+    from attnsvm.gd import _pow2_factors
+
+    assert _pow2_factors(np.zeros(3, dtype=np.int64)) == []
+    for k in (1, -7, 1000, -1000, 1001, 1600, -2100):
+        fs = _pow2_factors(np.array([k, 0], dtype=np.int64))
+        assert fs and all(np.all(np.isfinite(f)) and np.all(f > 0) for f in fs)
+        # log2 of a power of two is exact: the exponents add up to k
+        assert sum(int(np.log2(f[0])) for f in fs) == k and all(float(f[1]) == 1.0 for f in fs)
+        assert all(np.sign(np.log2(f[0])) in (0, np.sign(k)) for f in fs)  # one sign of exponent
+
+
+def test_batched_log_domain_path_scales_each_instance_by_its_own_gradient() -> None:
+    """One instance with O(1) token values, one with values ~1e-200 (gradient ~1e-200: Σ G² would
+    underflow unless each instance is scaled by its own largest entry): both equal the
+    single-instance direction."""
+    from attnsvm.gd import _stack_instances, _TorchBatch
+    from attnsvm.grad import normalized_risk_grad_of
+    from attnsvm.losses import logistic
+
+    a, b = A.random_instance(4, 6, 8, seed=0), A.random_instance(4, 6, 8, seed=1)
+    b = A.Instance(X=b.X, Y=b.Y, z=b.z, v=1e-200 * b.v)
+    X, Y, z, v = _stack_instances([a, b])
+    W = np.stack([0.3 * np.eye(8), 0.3 * np.eye(8)])
+    for fast in (True, False):
+        eng = _TorchBatch(X, Y, z, v, logistic, torch.device("cpu"), fast=fast)
+        D, ln = eng.direction(torch.as_tensor(W))
+        for i in range(2):
+            ref = normalized_risk_grad_of(X[i], Y[i], z[i], v[i], W[i], logistic)
+            assert np.linalg.norm(D[i].numpy() - ref.direction) <= RTOL_FAST_PATH
+            assert abs(float(ln[i]) - ref.log_norm) <= RTOL_FAST_PATH * abs(ref.log_norm)
+
+
+class _DuckLogistic:
+    """A loss that is not an attnsvm Loss: only value(u), derivative(u) and assumptions."""
+
+    assumptions = A.losses.logistic.assumptions
+
+    def value(self, u: object) -> object:
+        return A.losses.logistic.value(u)
+
+    def derivative(self, u: object) -> object:
+        return A.losses.logistic.derivative(u)
+
+
+def test_batched_duck_typed_loss_equals_single() -> None:
+    insts = [A.random_instance(4, 6, 8, seed=s) for s in range(3)]
+    bt = run_gd_batch(insts, 20, 0.1, loss=_DuckLogistic())
+    for b, inst in enumerate(insts):
+        assert _rel(bt.W[b], run_gd(inst, 20, 0.1, loss=_DuckLogistic()).W) < RTOL_ENGINES
+
+
+def test_batched_names_a_custom_loss_derivative_that_is_not_finite() -> None:
+    class NaNDerivative(_DuckLogistic):
+        def derivative(self, u: object) -> object:
+            return u * math.nan
+
+    insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
+    with pytest.raises(NumericalError) as ei:
+        run_gd_batch(insts, 2, 0.1, loss=NaNDerivative(), fast_path=False)
+    assert str(ei.value) == "the loss derivative is not finite (NaN or Inf); check the custom loss"
+
+
+def test_torch_device_checks_the_cuda_index_against_the_device_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A machine with exactly one CUDA device (simulated: only the availability queries are patched).
+    from attnsvm.gd import _torch_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert _torch_device("cuda") == torch.device("cuda")
+    assert _torch_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(AttnSVMError) as ei:
+        _torch_device("cuda:1")
+    assert str(ei.value) == "device 'cuda:1' does not exist; torch sees 1 CUDA device(s)"
+
+
+def test_batched_names_the_zero_reference_among_nonzero_ones() -> None:
+    insts = [A.random_instance(4, 6, 8, seed=s) for s in range(3)]
+    ref = np.stack([np.eye(8), np.zeros((8, 8)), np.eye(8)])
+    with pytest.raises(InvalidInstanceError) as ei:
+        run_gd_batch(insts, 2, 0.1, reference=ref)
+    assert str(ei.value) == "reference[1] is the zero matrix; it has no direction"
+
+
+def test_batched_instances_of_different_scales_each_equal_their_single_run() -> None:
+    """Three instances (B = 3 ≠ d) with X·2^a, z·2^b, v·2^−a for (a, b) = (100, 100), (150, 50),
+    (200, 0): each is rescaled by its own powers of two, and a + b = 200 for all, so one scaled step
+    lr = 0.1·2^−200 is the same problem for each. Each batch row equals its own run_gd to RTOL_ENGINES."""
+    base = [A.random_instance(4, 6, 8, seed=s) for s in range(3)]
+    insts = [
+        A.Instance(X=np.ldexp(b.X, a), Y=b.Y, z=np.ldexp(b.z, c), v=np.ldexp(b.v, -a))
+        for b, (a, c) in zip(base, ((100, 100), (150, 50), (200, 0)), strict=True)
+    ]
+    lr = math.ldexp(0.1, -200)
+    bt = run_gd_batch(insts, 20, lr)
+    for b, inst in enumerate(insts):
+        tr = run_gd(inst, 20, lr)
+        assert _rel(bt.W[b], tr.W) < RTOL_ENGINES
+        np.testing.assert_allclose(bt.log10_grad_norms[:, b], tr.log10_grad_norms, rtol=RTOL_ENGINES)
+
+
+def test_batched_default_is_the_fast_path() -> None:
+    # Documented default fast_path=True: the default run is bit-for-bit the fast-path run.
+    insts = [A.random_instance(4, 6, 8, seed=s) for s in range(3)]
+    default = run_gd_batch(insts, 50, 0.1)
+    fast = run_gd_batch(insts, 50, 0.1, fast_path=True)
+    log = run_gd_batch(insts, 50, 0.1, fast_path=False)
+    np.testing.assert_array_equal(default.W, fast.W)
+    assert not np.array_equal(default.W, log.W)  # the paths agree to rounding, not bit for bit
+
+
+def test_batched_trajectory_metadata_and_reference_columns() -> None:
+    insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
+    plain = run_gd_batch(insts, 3, 0.1, loss="exponential")
+    assert plain.loss == "exponential" and plain.lr == 0.1 and plain.normalized and plain.device == "cpu"
+    assert plain.corrs is None and plain.gaps is None  # documented: None without a reference
+    ref = np.stack([solve_svm(i).W for i in insts])
+    with_ref = run_gd_batch(insts, 3, 0.1, loss="exponential", reference=ref, record_at=[1, 3])
+    assert with_ref.corrs is not None and with_ref.gaps is not None
+    assert with_ref.corrs.shape == (2, 2) and with_ref.gaps.shape == (2, 2)
+    for b in range(2):
+        assert with_ref.gaps[-1, b] == pytest.approx(direction_gap(with_ref.W[b], ref[b]), rel=1e-12)
+        assert with_ref.corrs[-1, b] == pytest.approx(direction_corr(with_ref.W[b], ref[b]), abs=4e-16)
+
+
+def test_batched_fast_path_hands_overflowing_weights_to_the_log_domain() -> None:
+    """Exponential loss with v scaled so that min_i Y_i f_i(0) = −705: ℓ' ~ e^705 ≈ 1e306 times
+    score differences ~1e3 overflow the linear-domain weights; the direction (log||∇L|| ≈ 712, a
+    gradient beyond float64) must still be the single-instance log-domain one."""
+    from attnsvm.gd import _stack_instances, _TorchBatch
+    from attnsvm.grad import normalized_risk_grad_of
+    from attnsvm.losses import exponential
+
+    insts = []
+    for s in range(2):
+        inst = A.random_instance(4, 6, 8, seed=s)
+        margin = float(np.min(inst.Y * (inst.X @ inst.v).mean(axis=1)))  # Y_i f_i at W = 0 (uniform s)
+        insts.append(A.Instance(X=inst.X, Y=inst.Y, z=inst.z, v=inst.v * (-705.0 / margin)))
+    X, Y, z, v = _stack_instances(insts)
+    W = np.zeros((2, 8, 8))
+    eng = _TorchBatch(X, Y, z, v, exponential, torch.device("cpu"), fast=True)
+    D, ln = eng.direction(torch.as_tensor(W))
+    for i in range(2):
+        ref = normalized_risk_grad_of(X[i], Y[i], z[i], v[i], W[i], exponential)
+        assert ref.log_norm > 709.8  # ||∇L|| > 1.8e308
+        assert np.linalg.norm(D[i].numpy() - ref.direction) <= RTOL_FAST_PATH
+        assert abs(float(ln[i]) - ref.log_norm) <= RTOL_FAST_PATH * ref.log_norm
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_batched_gd_refuses_a_gradient_at_the_rounding_level_of_its_sum(fast: bool) -> None:
+    """n = 2 sequences, the second a copy of the first with the opposite label and X·(1 + 16·2^−52):
+    ∇L is the difference of two nearly equal sums, ~16·eps of their size, under the rounding level
+    8·nT·eps = 32·eps of the sum. run_gd refuses the normalized direction; the batched engine must
+    too, on both of its paths (with 8·T·eps/n, a level n² lower, it would step along the noise)."""
+    one = A.random_instance(1, 2, 1, seed=0)
+    near = A.Instance(
+        np.concatenate([one.X, one.X * (1 + 16 * 2.0**-52)]),
+        np.array([1.0, -1.0]),
+        one.v,
+        np.concatenate([one.z, one.z]),
+    )
+    with pytest.raises(NumericalError, match="cancel to rounding level"):
+        run_gd(near, 2, 0.1, loss="correlation")
+    with pytest.raises(NumericalError, match=r"step 0: instance 0: .*cancel to rounding level"):
+        run_gd_batch([near], 2, 0.1, loss="correlation", fast_path=fast)
+
+
+def test_batched_names_an_item_that_is_not_an_instance() -> None:
+    a = A.random_instance(4, 6, 8, seed=0)
+    with pytest.raises(AttnSVMError) as ei:
+        run_gd_batch([a, "a"], 2, 0.1)  # type: ignore[list-item]
+    assert str(ei.value) == "instances[1] is a str, not an attnsvm Instance"
+
+
+def test_batched_rescales_tokens_far_from_unit_scale_even_with_unit_queries() -> None:
+    """X·2^600 (entries ~1e180: ||x||² overflows), v·2^−600, queries unchanged: the engine must rescale
+    X although z is moderate; normalized GD with lr·2^−600 equals run_gd (the oracle: the unit-scale
+    run, mapped back exactly by 2^600)."""
+    base = A.random_instance(4, 6, 8, seed=2)
+    inst = A.Instance(X=np.ldexp(base.X, 600), Y=base.Y, z=base.z, v=np.ldexp(base.v, -600))
+    lr = math.ldexp(0.1, -600)
+    bt = run_gd_batch([inst], 20, lr)
+    unit = run_gd(base, 20, 0.1)
+    assert _rel(np.ldexp(bt.W[0], 600), unit.W) < RTOL_ENGINES
+
+
+def test_batched_engine_retries_the_fast_path_every_log_retry_calls() -> None:
+    """Documented: when more than LOG_FRACTION of a batch needed the log-domain path, the next calls
+    use it for the whole batch, retrying the fast path every LOG_RETRY calls. Call 1 at a saturated W
+    (gradient ~1e-400: the fast path fails for every instance), then W = 0 (the fast path works):
+    calls 2…LOG_RETRY stay on the log path, call LOG_RETRY + 1 is fast again."""
+    from attnsvm.gd import _stack_instances, _TorchBatch
+    from attnsvm.losses import logistic
+
+    insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
+    X, Y, z, v = _stack_instances(insts)
+    W_sat = np.stack([1000 * solve_svm(i).W / np.linalg.norm(solve_svm(i).W) for i in insts])
+    eng = _TorchBatch(X, Y, z, v, logistic, torch.device("cpu"), fast=True)
+    eng.direction(torch.as_tensor(W_sat))
+    assert eng.stats == {"fast": 0, "log": 1, "mixed": 0}
+    W0 = torch.zeros((2, 8, 8), dtype=torch.float64)
+    for _ in range(_TorchBatch.LOG_RETRY - 1):
+        eng.direction(W0)
+    assert eng.stats == {"fast": 0, "log": _TorchBatch.LOG_RETRY, "mixed": 0}
+    eng.direction(W0)
+    assert eng.stats == {"fast": 1, "log": _TorchBatch.LOG_RETRY, "mixed": 0}
+
+
+def test_batched_mixed_step_scales_an_accepted_instance_with_a_tiny_gradient() -> None:
+    """One batch, three instances at once: O(1) values, values ~1e-200 (accepted by the fast path:
+    weights ~1e-200 ≥ FAST_MIN_WEIGHT, but ||G|| ~ 1e-200 is outside the unscaled norm's safe range),
+    and a saturated one (||W|| = 1000: the log-domain path). Each equals the single-instance direction."""
+    from attnsvm.gd import _stack_instances, _TorchBatch
+    from attnsvm.grad import normalized_risk_grad_of
+    from attnsvm.losses import logistic
+
+    a, b, c = (A.random_instance(4, 6, 8, seed=s) for s in range(3))
+    b = A.Instance(X=b.X, Y=b.Y, z=b.z, v=1e-200 * b.v)
+    Wc = solve_svm(c).W
+    W = np.stack([0.3 * np.eye(8), 0.3 * np.eye(8), 1000 * Wc / np.linalg.norm(Wc)])
+    X, Y, z, v = _stack_instances([a, b, c])
+    eng = _TorchBatch(X, Y, z, v, logistic, torch.device("cpu"), fast=True)
+    D, ln = eng.direction(torch.as_tensor(W))
+    assert eng.stats["mixed"] == 1
+    for i in range(3):
+        ref = normalized_risk_grad_of(X[i], Y[i], z[i], v[i], W[i], logistic)
+        assert np.linalg.norm(D[i].numpy() - ref.direction) <= RTOL_FAST_PATH
+        assert abs(float(ln[i]) - ref.log_norm) <= RTOL_FAST_PATH * abs(ref.log_norm)
+
+
+def test_regularization_path_names_its_bad_arguments() -> None:
+    inst = A.random_instance(3, 4, 5, seed=7)
+    with pytest.raises(AttnSVMError) as ei:
+        regularization_path(inst, [2.0, 1.0])
+    assert str(ei.value) == "radii must be a non-empty, strictly increasing list of positive radii"
+    with pytest.raises(AttnSVMError) as ei:
+        regularization_path(inst, [1.0], tol=math.nan)
+    assert str(ei.value) == "tol must be a finite number ≥ 0; got nan"
+    with pytest.raises(NumericalError) as ei:
+        regularization_path(inst, [1e-320, 1.0])
+    assert str(ei.value) == (
+        "the smallest radius is about 1e-320: it underflows float64's normal range "
+        "[2.2e-308, 1.8e308]. Radii must be normal doubles"
+    )
+    with pytest.raises(NumericalError) as ei:
+        regularization_path(inst, [1.0, 1e307])
+    assert str(ei.value).startswith("the logits x_itᵀ W (||W||_F = the largest radius) z_i")
+
+
+def test_regularization_path_reports_each_radius_and_its_step_count() -> None:
+    # tol = 0 is never reached: each radius takes exactly max_steps projected steps (η stays ≥ 1e-15·R
+    # over 5 halvings at most).
+    inst = A.random_instance(3, 4, 5, seed=7)
+    path = regularization_path(inst, [1.0, 2.0], max_steps=5, tol=0.0)
+    assert [p.radius for p in path.points] == [1.0, 2.0]
+    assert [p.iterations for p in path.points] == [5, 5]
+    np.testing.assert_array_equal(path.radii, [1.0, 2.0])
+
+
+def test_regularization_path_point_inside_the_ball_has_no_kkt_residual() -> None:
+    # From W0 = 0 one step of length lr·R = 0.1 stays inside the ball of radius 1: documented NaN
+    # residual there; log10_grad_norm is log10||∇L(W)||_F of the point (the core's risk_grad).
+    inst = A.random_instance(3, 4, 5, seed=7)
+    (p,) = regularization_path(inst, [1.0], max_steps=1, lr=0.1).points
+    assert p.iterations == 1 and p.norm == pytest.approx(0.1, rel=1e-12)
+    assert math.isnan(p.kkt_residual)
+    assert p.log10_grad_norm == pytest.approx(math.log10(np.linalg.norm(A.risk_grad(inst, p.W))), rel=1e-12)
+
+
+def test_batched_engine_step_is_one_normalized_gd_step() -> None:
+    # step_(W, lr): W ← W − lr·D in place (D the unit direction at W), returning log||∇L(W)||.
+    from attnsvm.gd import _stack_instances, _TorchBatch
+    from attnsvm.losses import logistic
+
+    insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
+    X, Y, z, v = _stack_instances(insts)
+    W0 = 0.3 * np.stack([np.eye(8), -np.eye(8)])
+    eng = _TorchBatch(X, Y, z, v, logistic, torch.device("cpu"))
+    W = torch.as_tensor(W0.copy())
+    ln = eng.step_(W, 0.1).clone()
+    for b, inst in enumerate(insts):
+        ref = A.normalized_risk_grad(inst, W0[b])
+        assert float(ln[b]) == pytest.approx(ref.log_norm, rel=RTOL_FAST_PATH)
+        assert _rel(W[b].numpy(), W0[b] - 0.1 * ref.direction) < RTOL_TEXTBOOK

@@ -37,6 +37,7 @@ from attnsvm.lipschitz import (
     logit_gram,
     logit_norm,
 )
+from attnsvm.strategies import scaled
 
 EPS = float(np.finfo(np.float64).eps)
 KINDS = ("softmax", "linear", "normalized_linear")
@@ -563,3 +564,354 @@ def test_linear_bounds_homogeneous_at_extreme_scales(c):
         else:
             with pytest.raises(NumericalError, match="underflows float64's normal range"):
                 lipschitz_bound(big, "linear", radius=1.0, of=of)
+
+
+# ============================================================================= pinned by mutation testing
+# Contracts that mutation testing (issue 13 §4, tools/mutation.py) found open: exact error messages,
+# the table rows of compare_lipschitz (keys, ratios at 0, the search settings passed through and the
+# defaults), and tiny instances whose answer is derived by hand. Oracles: hand-derived values, numpy's
+# SVD of the explicit Kronecker rows, the documented messages and the signatures' defaults.
+#: The scale contract's range (attnsvm.scaling.range_error), verbatim.
+RANGE_TEXT = "float64's normal range [2.2e-308, 1.8e308]"
+
+
+def _kron_sv(inst: A.Instance) -> float:
+    """``||𝓛||₂`` from numpy's SVD of the explicit Kronecker rows ``z_i ⊗ x_it`` (scale-1 data)."""
+    rows = np.einsum("nj,ntk->ntjk", inst.z, inst.X).reshape(inst.n * inst.T, -1)
+    return float(np.linalg.svd(rows, compute_uv=False)[0])
+
+
+# ----------------------------------------------------------------------------- compare_lipschitz
+def test_compare_lipschitz_unknown_map_message() -> None:
+    inst = A.random_instance(1, 2, 2)
+    with pytest.raises(UnknownNameError) as exc:
+        compare_lipschitz([inst], [1.0], of="gradient")
+    assert str(exc.value) == "unknown Lipschitz map 'of' 'gradient'; expected one of 'weights', 'output'"
+
+
+def test_compare_lipschitz_row_keys() -> None:
+    """A row holds exactly the documented columns, with the instance index, shape, radius and map."""
+    inst = A.random_instance(1, 2, 2, seed=0)
+    (row,) = compare_lipschitz([inst], [0.5], of="output", samples=2, steps=1)
+    expected = {"instance", "shape", "radius", "of"}
+    for kind in KINDS:
+        expected |= {f"bound_{kind}", f"estimate_{kind}", f"gap_{kind}"}
+    for other in ("linear", "normalized_linear"):
+        expected |= {f"bound_ratio_softmax/{other}", f"estimate_ratio_softmax/{other}"}
+    assert set(row) == expected
+    assert (row["instance"], row["shape"], row["radius"], row["of"]) == (0, (1, 2, 2), 0.5, "output")
+
+
+def test_compare_lipschitz_gap_infinite_where_only_the_estimate_is_zero() -> None:
+    """Every token equal: the softmax and normalized-linear Jacobians are identically 0 (``D_i 1 = 0``),
+    so their estimates are exactly 0 while their certified bounds are positive (by hand: the softmax
+    max-weight bound is ``1/T``, so the bound is ``||𝓛||₂/3 = √6/3``); the gap reads ``inf`` and the
+    estimate ratio softmax/normalized_linear is 0/0 = nan, softmax/linear is 0."""
+    same = A.Instance(np.ones((1, 3, 2)), [1.0], [1.0, 2.0], [[1.0, 0.0]])
+    (row,) = compare_lipschitz([same], [1.0], samples=2, steps=1)
+    assert row["estimate_softmax"] == 0.0 and row["estimate_normalized_linear"] == 0.0
+    assert row["bound_softmax"] == pytest.approx(math.sqrt(6.0) / 3.0, rel=1e-12)
+    assert row["gap_softmax"] == math.inf and row["gap_normalized_linear"] == math.inf
+    assert row["estimate_ratio_softmax/linear"] == 0.0
+    assert math.isnan(row["estimate_ratio_softmax/normalized_linear"])
+
+
+def test_compare_lipschitz_ratios_undefined_where_everything_is_zero() -> None:
+    """``z = 0``: every logit is 0 for every ``W``, so every constant, bound and estimate is exactly 0
+    and each gap and ratio is 0/0: nan (never inf, never a ZeroDivisionError)."""
+    zz = A.Instance(np.arange(6.0).reshape(1, 3, 2), [1.0], [1.0, 2.0], [[0.0, 0.0]])
+    (row,) = compare_lipschitz([zz], [1.0], samples=2, steps=1)
+    for kind in KINDS:
+        assert row[f"bound_{kind}"] == 0.0 and row[f"estimate_{kind}"] == 0.0
+        assert math.isnan(row[f"gap_{kind}"])
+    for other in ("linear", "normalized_linear"):
+        assert math.isnan(row[f"bound_ratio_softmax/{other}"])
+        assert math.isnan(row[f"estimate_ratio_softmax/{other}"])
+
+
+def test_compare_lipschitz_passes_the_search_settings_and_defaults() -> None:
+    """The estimates in a row are :func:`lipschitz_estimate` with the given ``seed``, ``samples`` and
+    ``steps``, and by default with ``seed=0, samples=32, steps=20`` (the signature); the instance is one
+    where each of the three settings changes the softmax estimate."""
+    inst = A.random_instance(1, 3, 2, seed=1)
+    R = 3.0
+
+    def est(**kw: int) -> float:
+        return lipschitz_estimate(inst, "softmax", radius=R, **kw).value
+
+    (row,) = compare_lipschitz([inst], [R], seed=1, samples=5, steps=3)
+    assert row["estimate_softmax"] == est(seed=1, samples=5, steps=3)
+    assert est(seed=1, samples=5, steps=3) != est(seed=0, samples=5, steps=3)
+    (row,) = compare_lipschitz([inst], [R])
+    assert row["estimate_softmax"] == est(seed=0, samples=32, steps=20)
+    assert est(seed=0, samples=32, steps=20) != est(seed=0, samples=33, steps=20)
+    assert est(seed=0, samples=32, steps=20) != est(seed=0, samples=32, steps=21)
+
+
+def test_compare_lipschitz_non_instance_message() -> None:
+    inst = A.random_instance(1, 2, 2)
+    with pytest.raises(AttnSVMError) as exc:
+        compare_lipschitz([inst, inst.X], [1.0])  # type: ignore[list-item]
+    assert str(exc.value) == "instances[1] must be an attnsvm.Instance; got ndarray"
+
+
+# ----------------------------------------------------------------------------- logit norm and Gram
+@pytest.mark.parametrize(("a", "b", "side"), [(-600, -600, "underflows"), (600, 600, "overflows")])
+def test_logit_norm_range_error_message(a: int, b: int, side: str) -> None:
+    """``||𝓛||₂`` of data scaled by ``2^a``, ``2^b`` is ``2^(a+b)`` times the scale-1 norm (numpy SVD of
+    the Kronecker rows): about ``1e∓361``, and the message names it, its size and the side it leaves."""
+    base = A.random_instance(2, 3, 3, seed=2)
+    k = round(math.log10(_kron_sv(base)) + (a + b) * math.log10(2.0))
+    with pytest.raises(NumericalError) as exc:
+        logit_norm(scaled(base, a, b, 0))
+    assert (
+        str(exc.value)
+        == f"the logit-map norm ||L||_2 is about 1e{k:+d}: it {side} {RANGE_TEXT}. rescale X or z"
+    )
+
+
+@pytest.mark.parametrize(("a", "b", "side"), [(-300, -300, "underflows"), (300, 300, "overflows")])
+def test_logit_gram_range_error_message(a: int, b: int, side: str) -> None:
+    """The Gram's largest entry ``max ||z_i||²||x_it||²`` (by hand from the scale-1 data, times
+    ``2^(2(a+b))``) leaves the range: the message names the entry, its size and the side."""
+    base = A.random_instance(2, 3, 3, seed=2)
+    big = float(np.max(np.linalg.norm(base.z, axis=1)[:, None] ** 2 * np.linalg.norm(base.X, axis=-1) ** 2))
+    k = round(math.log10(big) + 2 * (a + b) * math.log10(2.0))
+    with pytest.raises(NumericalError) as exc:
+        logit_gram(scaled(base, a, b, 0))
+    what = "the largest entry max ||z_i||²||x_it||² of the logit Gram matrix"
+    assert str(exc.value) == f"{what} is about 1e{k:+d}: it {side} {RANGE_TEXT}. rescale X or z"
+
+
+# ----------------------------------------------------------------------------- jacobian_norm messages
+def test_jacobian_norm_overflowing_logits_message() -> None:
+    """``max|x| = 3``, ``max|z| = 3``: the data are rescaled by ``2^2`` each, so ``W = 1e308`` becomes
+    ``1.6e309`` on the data's scale (the logits' size), beyond float64; the message says so, with the
+    remedy."""
+    inst = A.Instance(np.array([[[3.0, -1.0], [0.5, 2.0]]]), [1.0], [1.0, 0.5], [[-3.0, 1.0]])
+    with pytest.raises(NumericalError) as exc:
+        jacobian_norm(inst, np.full((2, 2), 1e308), "softmax", "output")
+    assert str(exc.value) == (
+        "the softmax output Jacobian is not finite: the largest entry of W on the data's scale, "
+        f"W·max|x|·max|z| (the logits' size), is about 1e+309: it overflows {RANGE_TEXT}. "
+        "Use a smaller W or rescale the data"
+    )
+
+
+def test_jacobian_norm_out_of_range_message() -> None:
+    """At ``W = 0`` the softmax weights Jacobian of one sequence of two tokens is ``D 𝓛`` with
+    ``D = ½(I − ½ 11ᵀ)``, whose norm is by hand ``(√2/4)·||z||·||x_1 − x_2||``; at ``2^600 X, 2^600 z`` it
+    is ``2^1200`` times that, ~1e361: the message names the quantity, its size and the remedy."""
+    base = A.random_instance(1, 2, 2, seed=1)
+    hand = math.sqrt(2.0) / 4.0 * np.linalg.norm(base.z[0]) * np.linalg.norm(base.X[0, 0] - base.X[0, 1])
+    k = round(math.log10(hand) + 1200 * math.log10(2.0))
+    with pytest.raises(NumericalError) as exc:
+        jacobian_norm(scaled(base, 600, 600, 0), np.zeros((2, 2)), "softmax")
+    assert str(exc.value) == (
+        f"the softmax weights Jacobian norm ||J(W)||_2 is about 1e{k:+d}: it overflows {RANGE_TEXT}. "
+        "Rescale X, z or v by a power of two"
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("of", OFS)
+def test_jacobian_norm_exactly_zero_where_each_sequence_has_zero_tokens_or_zero_query(
+    kind: str, of: str
+) -> None:
+    """Sequence 0 has ``X_0 = 0`` (``z_0 ≠ 0``), sequence 1 has ``z_1 = 0`` (``X_1 ≠ 0``): every logit is 0
+    for every ``W``, so every map is constant in ``W`` and its Jacobian is exactly 0 (not an error)."""
+    X = np.zeros((2, 2, 2))
+    X[1] = [[1.0, 2.0], [-1.0, 0.5]]
+    inst = A.Instance(X, [1.0, -1.0], [1.0, 0.5], np.array([[1.0, -2.0], [0.0, 0.0]]))
+    assert jacobian_norm(inst, np.ones((2, 2)), kind, of) == 0.0
+
+
+def test_linear_output_jacobian_with_cancelling_values_raises_not_zero() -> None:
+    """Two equal tokens ``x = (0.1, 0.3)``, ``v = (3, −1)``: the value ``vᵀx`` of the doubles is exactly
+    ``2^−55`` (fractions), not 0, so the linear output Jacobian ``2·(vᵀx)·z ⊗ x`` is not 0; float64
+    computes it at its rounding level, so ``jacobian_norm`` must refuse rather than answer 0."""
+    from fractions import Fraction
+
+    x, v = (0.1, 0.3), (3.0, -1.0)
+    assert Fraction(x[0]) * Fraction(v[0]) + Fraction(x[1]) * Fraction(v[1]) == Fraction(1, 2**55)
+    inst = A.Instance(np.array([[x, x]]), [1.0], np.array(v), np.array([[1.0, 0.0]]))
+    with pytest.raises(NumericalError, match="below the rounding level"):
+        jacobian_norm(inst, np.ones((2, 2)), "linear", "output")
+
+
+#: Rounding of a computed bound against its exact formula, in ulps: ``λ_max`` of the rank-one Gram
+#: ``d·11ᵀ`` (backward-stable eigensolver, ``3·eps`` relative for a 3 × 3 matrix), halved by the square
+#: root, then about five correctly rounded operations (exp of the log factor, products, frexp/ldexp):
+#: 8 ulps of headroom.
+BOUND_FORMULA_ULPS = 8.0
+
+
+@pytest.mark.parametrize("d", [1, 2, 4])
+def test_softmax_bound_of_equal_tokens_exceeds_exact_by_its_documented_allowances_only(d: int) -> None:
+    """Three equal tokens ``x = 1_d``, ``z = e_1``: every weight is ``1/3`` for every ``W``, so the
+    max-weight bound is ``p = 1/3`` exactly (``δ = 0``), ``||𝓛||₂ = √(3d)`` and the formula is ``√(3d)/3``.
+    The certified bound adds only its documented allowances: ``rounding_rtol`` and the log allowance of
+    ``p``, ``2(2d + T + 16)·eps·(1 + |exponent| + |q|)`` with exponents 0 and ``q = log 2``. Oracle:
+    mpmath at 40 digits. (A certified bound may not be needlessly loose: a larger allowance fails.)"""
+    import mpmath
+
+    inst = A.Instance(np.ones((1, 3, d)), [1.0], np.ones(d), np.eye(d)[:1])
+    b = lipschitz_bound(inst, "softmax", radius=1.0)
+    with mpmath.workdps(40):
+        allowance = 2 * (2 * d + 3 + 16) * mpmath.mpf(EPS) * (1 + mpmath.log(2))
+        exact = mpmath.sqrt(3 * d) / 3 * (1 + mpmath.mpf(bound_rounding_rtol(inst))) * mpmath.exp(allowance)
+        assert abs(mpmath.mpf(b.value) / exact - 1) <= BOUND_FORMULA_ULPS * EPS
+
+
+@pytest.mark.parametrize("seed", [1, 2, 7])
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+@pytest.mark.parametrize("of", OFS)
+def test_kappa_of_a_sequence_does_not_depend_on_the_other_sequences(seed: int, kind: str, of: str) -> None:
+    """``κ_i`` is a property of sequence ``i`` alone (``sup ||D_i||₂`` over the ball): the factor of each
+    sequence of a two-sequence instance equals, bit for bit, the factor of that sequence on its own
+    (the two sequences are drawn at different scales, so their logit gaps differ)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((2, 3, 2)) * np.array([0.05, 0.3])[:, None, None]
+    z = rng.standard_normal((2, 2))
+    inst = A.Instance(X, [1.0, 1.0], [1.0, 1.0], z)
+    both = lipschitz_bound(inst, kind, radius=1.0, of=of).log_kappa
+    for i in range(2):
+        alone = A.Instance(X[i : i + 1], [1.0], [1.0, 1.0], z[i : i + 1])
+        assert both[i] == lipschitz_bound(alone, kind, radius=1.0, of=of).log_kappa[0]
+
+
+def test_softmax_max_weight_bound_attained_by_collinear_tokens() -> None:
+    """Tokens ``0, ε, 3ε`` on a line (``d = 1``, ``z = 1``): on ``|W| ≤ R`` the largest weight is the last
+    token's at ``W = R``, ``1/(1 + e^{−2Rε} + e^{−3Rε})`` (by hand), and the max-weight bound equals it;
+    below ½ it is the factor ``κ``, and the bound is ``κ·||𝓛||₂ = κ·√10·ε`` up to the allowances
+    (``rounding_rtol``, the log allowance ``2(2d + T + 16)·eps·(1 + 3Rε + |q|)``). Oracle: mpmath."""
+    import mpmath
+
+    e, R = 2.0**-4, 1.6
+    inst = A.Instance(np.array([[[0.0], [e], [3 * e]]]), [1.0], [1.0], [[1.0]])
+    b = lipschitz_bound(inst, "softmax", radius=R)
+    with mpmath.workdps(40):
+        a = mpmath.mpf(R * e)
+        p = 1 / (1 + mpmath.exp(-2 * a) + mpmath.exp(-3 * a))
+        q = mpmath.log(mpmath.exp(-2 * a) + mpmath.exp(-3 * a))
+        allowance = 2 * (2 + 3 + 16) * mpmath.mpf(EPS) * (1 + 3 * a + abs(q))
+        exact = p * mpmath.sqrt(10) * e * (1 + mpmath.mpf(b.rounding_rtol)) * mpmath.exp(allowance)
+        assert float(p) < 0.5
+        assert abs(mpmath.mpf(b.kappa[0]) / (p * mpmath.exp(allowance)) - 1) <= BOUND_FORMULA_ULPS * EPS
+        assert abs(mpmath.mpf(b.value) / exact - 1) <= BOUND_FORMULA_ULPS * EPS
+
+
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+def test_zero_output_bound_reports_the_first_candidate(kind: str) -> None:
+    """``z = 0``: both candidates are exactly 0 (every ``L_i = 0``) and the tie goes to the first, the cap
+    ``max_i κ_i ||𝓛||₂``, whatever the size of ``κ`` (here ``> 1``: large values ``v``)."""
+    zz = A.Instance(np.arange(6.0).reshape(1, 3, 2), [1.0], [8.0, 3.0], [[0.0, 0.0]])
+    b = lipschitz_bound(zz, kind, radius=1.0, of="output")
+    assert b.value == 0.0 and b.kappa[0] > 1.0
+    assert b.formula == "max_i kappa_i ||L||_2"
+
+
+def test_bound_candidate_names() -> None:
+    """The documented names of the certified candidates (``LipschitzBound.candidates``; ``formula`` is the
+    smallest), per kind and map."""
+    inst = A.random_instance(2, 3, 2, seed=0)
+    names = {
+        ("linear", "weights"): {"||L||_2 (exact)"},
+        ("linear", "output"): {"||A L||_2 (exact, Gram (z_i·z_j)(X_i^T a_i·X_j^T a_j))"},
+        ("softmax", "weights"): {"1/2 ||L||_2", "||K L||_2"},
+        ("normalized_linear", "weights"): {"1/2 ||L||_2", "||K L||_2"},
+        ("softmax", "output"): {"max_i kappa_i ||L||_2", "||K L||_2"},
+        ("normalized_linear", "output"): {"max_i kappa_i ||L||_2", "||K L||_2"},
+    }
+    for (kind, of), expected in names.items():
+        b = lipschitz_bound(inst, kind, radius=1.0, of=of)
+        assert set(b.candidates) == expected and b.formula in expected
+        assert set(b.log_candidates) == expected
+
+
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+@pytest.mark.parametrize("R", [0.01, 1.0, 100.0])
+def test_weights_candidates_half_cap_and_kron_within_it(kind: str, R: float) -> None:
+    """The cap candidate is exactly ``½ ||𝓛||₂`` (a power-of-two multiple, no rounding), and
+    ``||K 𝓛||₂ ≤ ½ ||𝓛||₂`` because every ``κ_i ≤ ½`` (equal where every sequence is capped, at large
+    ``R``), up to the Gram eigenvalue's rounding (``rounding_rtol``)."""
+    inst = A.random_instance(2, 3, 2, seed=4)
+    b = lipschitz_bound(inst, kind, radius=R)
+    half = b.candidates["1/2 ||L||_2"]
+    assert half == 0.5 * b.logit_norm
+    assert b.candidates["||K L||_2"] <= half * (1 + b.rounding_rtol)
+    assert np.all(b.kappa <= 0.5)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+def test_output_bound_of_equal_values_is_its_documented_rounding_allowance(kind: str) -> None:
+    """Tokens ``e_1, e_2``, ``v = (1, 1)``: both values are exactly 1, so the output is constant in ``W``
+    (true constant 0); the bound is then only the documented allowance for the values' rounding,
+    ``κ = (√2/4)·4(d + 2)·eps·max||x||·||v|| = (√2/4)·16·eps·√2 = 8·eps`` (``T = 2``: ``p ≥ ½``, the factor
+    is √2/4), times ``||𝓛||₂ = 1`` (orthonormal rows ``z ⊗ x_t``) and ``1 + rounding_rtol`` (by hand)."""
+    inst = A.Instance(np.array([[[1.0, 0.0], [0.0, 1.0]]]), [1.0], [1.0, 1.0], [[1.0, 0.0]])
+    b = lipschitz_bound(inst, kind, radius=1.0, of="output")
+    assert abs(b.value / (8 * EPS * (1 + b.rounding_rtol)) - 1) <= BOUND_FORMULA_ULPS * EPS
+
+
+def test_bound_range_error_message() -> None:
+    """Two tokens: the softmax weights bound is ``½ ||𝓛||₂`` for every radius (``κ = ½``, since ``p ≥ ½``);
+    at ``2^600 X, 2^600 z`` that is ``2^1200`` times the scale-1 value (numpy SVD of the Kronecker rows),
+    ~1e361: the message names the bound, its radius, its size and the remedy."""
+    base = A.random_instance(1, 2, 2, seed=1)
+    k = round(math.log10(0.5 * _kron_sv(base)) + 1200 * math.log10(2.0))
+    with pytest.raises(NumericalError) as exc:
+        lipschitz_bound(scaled(base, 600, 600, 0), "softmax", radius=1.0)
+    assert str(exc.value) == (
+        f"the softmax weights Lipschitz bound (radius 1) is about 1e{k:+d}: it overflows {RANGE_TEXT}. "
+        "Rescale X, z or v by a power of two: the bound scales by the same factors"
+    )
+
+
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+def test_zero_output_bound_with_factors_beyond_float64_is_zero(kind: str) -> None:
+    """``z = 0`` makes every logit 0, so the output constant is exactly 0, and the bound must say 0 even
+    though the factors ``κ_i ~ spread of the values ~ 1e-300·1e-300`` are far below float64 (0 is
+    representable; only a nonzero bound outside the range raises)."""
+    X = np.array([[[1e-300, -2e-300], [3e-300, 5e-301]]])
+    zz = A.Instance(X, [1.0], [1e-300, -3e-300], [[0.0, 0.0]])
+    b = lipschitz_bound(zz, kind, radius=1.0, of="output")
+    assert b.value == 0.0 and b.nominal == 0.0
+    assert b.log_kappa[0] < -590 * math.log(10.0)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+def test_output_bound_with_overflowing_factor_reads_inf_without_warning(kind: str) -> None:
+    """``X, v ~ 1e200`` and ``z ~ 1e-300``: the factor ``κ ~ spread of the values ~ 1e400`` is beyond
+    float64 while the bound ``~ κ·||𝓛||₂ ~ 1e400·1e-100`` is a normal double. The bound is returned; the
+    diagnostic ``kappa`` reads ``inf`` (documented) with its exact ``log_kappa``, and no warning."""
+    import warnings
+
+    X = np.array([[[1e200, -2e200], [3e200, 5e199]]])
+    inst = A.Instance(X, [1.0], [1e200, -3e200], [[1e-300, 2e-300]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b = lipschitz_bound(inst, kind, radius=1e-100, of="output")
+    assert 1e250 < b.value < 1e308
+    assert b.kappa[0] == math.inf and b.jacobian_factor == math.inf
+    assert 400 * math.log(10.0) < b.log_kappa[0] < 402 * math.log(10.0)
+
+
+def test_bound_log_logit_norm() -> None:
+    """``log_logit_norm`` is ``ln ||𝓛||₂``: against numpy's SVD of the Kronecker rows at scale 1, shifted by
+    ``200 ln 2`` at ``2^300 X, 2^-100 z`` (bilinear), and ``−inf`` for ``z = 0``."""
+    base = A.random_instance(1, 2, 2, seed=1)
+    ref = math.log(_kron_sv(base))
+    b = lipschitz_bound(base, "linear", radius=1.0)
+    assert abs(b.log_logit_norm - ref) <= 8 * EPS * abs(ref) + 8 * EPS
+    big = lipschitz_bound(scaled(base, 300, -100, 0), "softmax", radius=1.0)
+    assert abs(big.log_logit_norm - (ref + 200 * math.log(2.0))) <= 1e-12 * (abs(ref) + 200)
+    zz = A.Instance(np.arange(6.0).reshape(1, 3, 2), [1.0], [8.0, 3.0], [[0.0, 0.0]])
+    assert lipschitz_bound(zz, "softmax", radius=1.0).log_logit_norm == -math.inf
+
+
+@pytest.mark.parametrize(("n", "T", "d"), [(1, 2, 1), (2, 3, 4), (3, 5, 2)])
+def test_bound_rounding_rtol_is_the_documented_formula(n: int, T: int, d: int) -> None:
+    """``rounding_rtol = (8m + m(2d + 2))·eps`` with ``m = nT`` (the docstring's Weyl + Gershgorin count)."""
+    m = n * T
+    assert bound_rounding_rtol(A.random_instance(n, T, d, seed=0)) == (8 * m + m * (2 * d + 2)) * EPS
