@@ -317,7 +317,7 @@ def _perturbed_core(monkeypatch, edit):
 
 
 @pytest.mark.parametrize(
-    "shape", [(4, 5, 6, 2), (4, 8, 3, 0)], ids=["wide-factor", "narrow-factor (p_Δ·p_z = 9 <= m = 28)"]
+    "shape", [(4, 5, 6, 2), (4, 8, 3, 0)], ids=["wide-factor", "narrow-factor (p_Delta*p_z = 9 <= m = 28)"]
 )
 def test_multipliers_inconsistent_with_w_show_in_stationarity(monkeypatch, shape):
     # W is built from the primal coordinates, the stationarity residual from the multipliers; if the

@@ -29,6 +29,7 @@ module's source is unchanged; the JSON records its hash).
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import hashlib
 import json
@@ -194,8 +195,22 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
-def _source_hash(module: str) -> str:
-    return hashlib.sha256((ROOT / "attnsvm" / f"{module}.py").read_bytes()).hexdigest()
+def _source_hash(module: str, root: Path = ROOT) -> str:
+    """Hash of the module's code as mutmut sees it: the syntax tree without docstrings, so that a
+    documentation edit keeps a run's mutant names (and ``--survivors``) valid while any code change
+    does not."""
+    tree = ast.parse((root / "attnsvm" / f"{module}.py").read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
 def _previous(module: str) -> dict[str, Any]:
@@ -267,7 +282,8 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
     lo, hi = clopper_pearson(len(killed), denom)
     doc: dict[str, Any] = {
         "module": f"attnsvm/{module}.py",
-        "source_sha256": _source_hash(module),
+        # of the copy that was mutated (the checkout may have changed during the run)
+        "source_sha256": _source_hash(module, dest),
         "mutants_total": len(names),
         "tried": len(chosen),
         "sample_seed": None if len(chosen) == len(names) else seed,
