@@ -361,6 +361,11 @@ def _log_grad(
         log_norms = np.log(norms)
     log_wn = log_w + log_norms
     live = np.isfinite(log_wn) & (sign_w != 0)
+    # The O(1) parts of each term's log, without the sequence's common log|ℓ'_i|/n: adding a huge
+    # log|ℓ'_i| (|Y f| ~ 1e12 under the exponential or logistic loss) to them would round them to
+    # ulp(log|ℓ'_i|), so the weights *within* a sequence, which do not depend on ℓ'_i, are formed
+    # from these alone.
+    small = log_s + log_c + log_norms
     if not np.any(live):
         zero = not np.any(np.isneginf(log_s) & (sign_w != 0) & (norms > 0))
         return _LogGrad(np.zeros((X.shape[2], X.shape[2])), 0.0, 0, 0.0, zero)
@@ -368,9 +373,9 @@ def _log_grad(
     # (the data's scale, kept exact) and |x'|, |z'| < 1. Factor out the largest sequence,
     # e^top · 2^E*, and rescale the others by 2^(q_i + E_i − E*) · e^{r_i}, q_i ln2 + r_i = top_i − top.
     E = fw.ea + fw.ex + fw.ez
-    lw = np.where(live, log_wn, -np.inf)
-    top_i = np.max(lw, axis=1)
-    has = np.isfinite(top_i)
+    small_top_i = np.max(np.where(live, small, -np.inf), axis=1)
+    has = np.isfinite(small_top_i)
+    top_i = np.where(has, log_l - np.log(n) + np.where(has, small_top_i, 0.0), -np.inf)
     size_i = np.where(has, top_i + E * _LN2, -np.inf)  # log of each sequence's largest term
     if log_kdf is not None:
         _refuse_undetermined(log_kdf, Y * fw.f, size_i, loss)
@@ -383,7 +388,7 @@ def _log_grad(
     # Clipped: a shift below −4000 leaves 0 either way (doubles end at 2^−1074), and it fits an int.
     shift = np.clip(np.where(has, q + E - E_star, 0), -4000, 4000).astype(np.int64)
     with np.errstate(under="ignore"):  # terms below 2^−1074 of the largest are 0 to that accuracy
-        within = np.exp(np.where(live, log_wn - np.where(has, top_i, 0.0)[:, None], -np.inf))  # ≤ 1
+        within = np.exp(np.where(live, small - np.where(has, small_top_i, 0.0)[:, None], -np.inf))  # ≤ 1
         sized = np.ldexp(within * np.exp(r)[:, None], shift[:, None])  # |w_it|·||x'||·||z'||, scaled
         scaled = sign_w * sized / np.where(norms > 0, norms, 1.0)
         # The values' own rounding, d·eps·Σ_k|v_k x_k| per value, enters every difference a_it − a_iu
@@ -394,12 +399,15 @@ def _log_grad(
         with np.errstate(divide="ignore", invalid="ignore"):
             pair = log_s[:, None, :] + np.log(fw.amag[:, :, None] + fw.amag[:, None, :])
             log_mix = _masked_logsumexp(pair, different, axis=2)
-            log_vr = log_l[:, None] + log_s + log_mix + math.log(X.shape[2] * EPS) - np.log(n) + log_norms
-        vr_ok = np.isfinite(log_vr) & has[:, None]
+            # relative to the sequence's largest term: log|ℓ'_i|/n cancels (see `small` above)
+            log_vr = log_s + log_mix + math.log(X.shape[2] * EPS) + log_norms
+        vr_ok = np.isfinite(log_vr) & has[:, None] & np.isfinite(log_l)[:, None]
         vr = np.where(
             vr_ok,
             np.ldexp(
-                np.exp(np.minimum(np.where(vr_ok, log_vr, 0.0) - np.where(has, top_i, 0.0)[:, None], 700.0))
+                np.exp(
+                    np.minimum(np.where(vr_ok, log_vr, 0.0) - np.where(has, small_top_i, 0.0)[:, None], 700.0)
+                )
                 * np.exp(r)[:, None],
                 shift[:, None],
             ),

@@ -24,7 +24,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .errors import InvalidInstanceError, TiedScoresError, unknown_name
-from .scaling import FLOAT_TINY, ldexp_scale, pow2_exponent, range_error
+from .scaling import FLOAT_TINY, range_error
+from .scaling import pow2_split as pow2_split  # re-exported: its home is attnsvm.scaling
 
 __all__ = ["Instance", "random_instance", "FAMILIES", "TIE_RTOL", "as_real_array"]
 
@@ -32,7 +33,8 @@ FloatArray = NDArray[np.float64]
 
 FAMILIES = ("gaussian", "unit", "self_attention")
 
-#: Two best scores closer than ``TIE_RTOL · max_t Σ_k |v_k x_itk|`` count as a tie.
+#: Two best scores that differ by at most ``TIE_RTOL · max_t Σ_k |v_k x_itk|`` (``≤``, so an exact
+#: tie always counts) are a tie.
 #: ``γ_it = Y_i vᵀx_it`` is a length-``d`` dot product whose float64 rounding error is
 #: at most ``d·eps·Σ_k|v_k x_itk|`` (Higham 2002, §3.1); 64 eps covers ``d`` up to 64, and the
 #: tolerance scales with the data (``X → cX`` or ``v → cv`` leaves the test unchanged). Exact ties
@@ -42,12 +44,6 @@ TIE_RTOL = 64 * np.finfo(np.float64).eps
 #: that underflows in the rescaled data.
 _TRUE_MIN = 2.0**-1074
 _LN2 = math.log(2.0)
-
-
-def pow2_split(a: ArrayLike) -> tuple[NDArray[np.float64], int]:
-    """``(a·2^−e, e)`` with the largest entry of ``a·2^−e`` in ``[½, 1)`` (exact power-of-two scaling)."""
-    e = pow2_exponent(a)
-    return ldexp_scale(a, e), e
 
 
 def split_rows(a: ArrayLike, lead: int = 1) -> tuple[NDArray[np.float64], NDArray[np.int64]]:

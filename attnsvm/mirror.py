@@ -60,13 +60,13 @@ from .prompt import (
     core_grad,
     core_risk,
     effective_weights,
-    mantissa,
+    is_stationary_error,
     put_back,
     scaled_alpha,
     scaled_core,
     values_mantissa,
 )
-from .scaling import FLOAT_MAX, FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, range_error
+from .scaling import FLOAT_MAX, FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, pow2_split, range_error
 from .tensor import svm_constraints, svm_rows
 
 __all__ = [
@@ -178,7 +178,7 @@ def inverse_mirror_map(U: ArrayLike, p_norm: float) -> FloatArray:
 def _lp_norm(Wa: FloatArray, p: float) -> tuple[float, int]:
     """``||W||_p = m·2^e`` as ``(m, e)``, from the power-of-two mantissa (no overflow, no underflow
     of the largest terms; entries below ``2^−1074·max`` relative drop out, far below eps)."""
-    Ws, e = mantissa(Wa)
+    Ws, e = pow2_split(Wa)
     if not np.any(Ws != 0):
         return 0.0, 0
     with np.errstate(under="ignore"):
@@ -341,12 +341,12 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
     # Scale: solved on the row mantissa. With X = 2^ex·X', z = 2^ez·z' and rows A = 2^E·A'
     # (E = ex + ez + ea), the solution is W = 2^−E·W' and the multipliers μ = 2^−Ep·μ'
     # (∇ψ is homogeneous of degree p − 1), so the conic solver and Newton see O(1) data.
-    Xs, ex = mantissa(inst.X)
-    zs, ez = mantissa(inst.z)
-    vs, _ = mantissa(inst.v)
+    Xs, ex = pow2_split(inst.X)
+    zs, ez = pow2_split(inst.z)
+    vs, _ = pow2_split(inst.v)
     inst_s = Instance(Xs, inst.Y, vs, zs)
     c = svm_constraints(inst_s, scaled_alpha(inst, alpha))
-    A, ea = mantissa(svm_rows(inst_s, c.alpha))  # (m, d²), row · vec(W) = Δᵀ W z  (column-major vec)
+    A, ea = pow2_split(svm_rows(inst_s, c.alpha))  # (m, d²), row · vec(W) = Δᵀ W z  (column-major vec)
     E = ex + ez + ea
     m, D = A.shape
     d = inst.d
@@ -502,7 +502,8 @@ def run_mirror_descent(
     Scale: any finite data; the normalized direction is scale-invariant (computed on power-of-two
     mantissas), so ``X → cX``, ``z → cz``, ``v → v/c``, ``lr → lr/c^{2(p−1)}`` gives ``W_t/c²``;
     entries of ``W`` below ``2^−1074`` flush (absolute accuracy); raises :class:`NumericalError`
-    naming the step when ``W``, a plain gradient or a recorded risk is not representable.
+    naming the step when ``W``, a plain gradient or a recorded risk is not representable, or the
+    recorded gradient is refused (a record's ``log10||∇L||`` is ``−inf`` only at a stationary ``W``).
 
     Returns:
       :class:`MirrorTrajectory` with ``.W``.
@@ -520,25 +521,27 @@ def run_mirror_descent(
     at = set(int(s) for s in record_steps(record_at, steps))
     # The gradient and its direction come from the core model on power-of-two rescaled data
     # (the direction is scale-invariant, the gradient put back by 2^(ex+ez+ea)).
-    Xs, ex = mantissa(inst.X)
-    zs, ez = mantissa(inst.z)
+    Xs, ex = pow2_split(inst.X)
+    zs, ez = pow2_split(inst.z)
     As, ea = values_mantissa(inst.X, inst.v)
     sc = scaled_core(Xs, ex, zs, ez, As, ea, inst.Y, lo)
     rec: list[MirrorRecord] = []
 
     def record(t: int) -> None:
-        We = effective_weights(sc, W, "W")
         try:
-            lg = core_direction(sc, We).log_norm / math.log(10.0)
-        except NumericalError:
-            lg = -math.inf
-        try:
+            We = effective_weights(sc, W, "W")  # inside: its refusal names the record's step too
+            try:
+                lg = core_direction(sc, We).log_norm / math.log(10.0)
+            except NumericalError as exc:
+                if not is_stationary_error(exc):
+                    raise  # a range error or an undetermined ℓ': not a zero gradient
+                lg = -math.inf
             rec.append(
                 MirrorRecord(
                     t,
                     lp_norm(W, p),
                     core_risk(sc, W, "the risk L(W)"),
-                    np.argmax(logits_of(Xs, zs, mantissa(W)[0]), axis=1).astype(np.intp),
+                    np.argmax(logits_of(Xs, zs, pow2_split(W)[0]), axis=1).astype(np.intp),
                     bregman_divergence(ref, W, p) if ref is not None and np.any(W != 0) else math.nan,
                     lg,
                     np.array(W) if keep_iterates else None,

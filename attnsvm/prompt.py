@@ -53,10 +53,10 @@ from numpy.typing import ArrayLike, NDArray
 from .attention import logits_of
 from .errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError
 from .gd import check_lr, check_steps, projected_path, record_steps
-from .grad import GradDirection, normalized_risk_grad_of, risk_grad_of
+from .grad import CANCELLED_MESSAGE, GradDirection, normalized_risk_grad_of, risk_grad_of
 from .instance import Instance, as_real_array
 from .losses import Loss, LossLike, get_loss
-from .scaling import FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, ldexp_scale, pow2_exponent, range_error
+from .scaling import FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, pow2_split, range_error
 from .svm import KKTResiduals, MinNormSolution, min_norm_dual
 
 __all__ = [
@@ -127,10 +127,9 @@ def solve_min_norm_or_raise(
 _LN2 = math.log(2.0)
 
 
-def mantissa(a: ArrayLike) -> tuple[FloatArray, int]:
-    """``(a·2^−e, e)`` with the largest entry of the mantissa in ``[½, 1)`` (exact; ``e = 0`` for zeros)."""
-    e = pow2_exponent(a)
-    return ldexp_scale(a, e), e
+#: Alias of :func:`attnsvm.scaling.pow2_split` (``a = m·2^e``, ``max|m| ∈ [½, 1)``), kept
+#: for the modules that still import it from here (:mod:`attnsvm.joint`, :mod:`attnsvm.multitoken`).
+mantissa = pow2_split  # new code imports attnsvm.scaling.pow2_split
 
 
 def put_back(m: FloatArray, e: int, what: str, *, remedy: str = "") -> FloatArray:
@@ -214,7 +213,7 @@ def scaled_core(
     Xs: FloatArray, ex: int, zs: FloatArray, ez: int, a: FloatArray, ea: int, Y: FloatArray, loss: Any
 ) -> ScaledCore:
     """Build :class:`ScaledCore` from mantissas ``Xs, zs`` (exponents ``ex, ez``) and values ``a·2^ea``."""
-    As, e2 = mantissa(a)
+    As, e2 = pow2_split(a)
     return ScaledCore(Xs, zs, As, Y, loss, scaled_loss(loss, ea + e2), ex, ez, ea + e2)
 
 
@@ -227,11 +226,15 @@ def _augmented(sc: ScaledCore) -> tuple[FloatArray, FloatArray, FloatArray]:
     return Xa, za, va
 
 
-def effective_weights(sc: ScaledCore, W: FloatArray, what: str) -> FloatArray:
+def effective_weights(
+    sc: ScaledCore, W: FloatArray, what: str, *, scale: str = "max|x|·max|z|", data: str = "the data"
+) -> FloatArray:
     """``W_eff = 2^(ex+ez)·W`` (``x'ᵀ W_eff z' = xᵀ W z`` exactly); refused when it overflows.
 
     Scaling ``W`` up is exact; scaling it down may round entries below the normal range, which
-    changes the logits by at most ``d²·2^−1074``.
+    changes the logits by at most ``d²·2^−1074``. The refusal names the logit scale
+    ``max|what|·scale`` (``scale``: the data factors of the logits in this model; the core's
+    ``max|x|·max|z|`` by default) and suggests scaling ``what`` or ``data`` down.
     """
     e = sc.ex + sc.ez
     with np.errstate(over="ignore", under="ignore"):
@@ -239,17 +242,22 @@ def effective_weights(sc: ScaledCore, W: FloatArray, what: str) -> FloatArray:
     if not np.all(np.isfinite(We)):
         big = float(np.max(np.abs(W)))
         raise range_error(
-            f"the logit scale max|{what}|·max|x|·max|z|",
-            math.log(big) + e * _LN2,
-            remedy=f"Scale {what} or the data down; the attention logits would overflow",
+            f"the logit scale max|{what}|·{scale}",
+            math.log(big) + e * _LN2,  # max|W|·2^(ex+ez), 2^(ex+ez) within a factor 4 of max|x|·max|z|
+            remedy=f"Scale {what} or {data} down; the attention logits would overflow",
         )
     return We
 
 
+#: The prompt model's logits are ``k_itᵀp`` with keys ``k_it = Wᵀx_it`` (no query ``z``): its logit
+#: scale is ``max|p|·max|k|`` (the core's ``x`` are the keys, its query the constant ``e_0``).
+_PROMPT_LOGIT_SCALE = {"scale": "max|k| (keys k_it = Wᵀx_it)", "data": "the keys (W or X)"}
+
+
 def core_log_attention(sc: ScaledCore, W: FloatArray) -> FloatArray:
     """``log s`` (shape ``(n, T)``) at ``W`` (original units), from the mantissas: never overflows."""
-    Ws, ew = mantissa(W)
-    L, el = mantissa(logits_of(sc.Xs, sc.zs, Ws))  # |x'ᵀW'z'| ≤ d²: no overflow
+    Ws, ew = pow2_split(W)
+    L, el = pow2_split(logits_of(sc.Xs, sc.zs, Ws))  # |x'ᵀW'z'| ≤ d²: no overflow
     return scaled_log_softmax(L, sc.ex + sc.ez + ew + el)
 
 
@@ -333,6 +341,14 @@ def core_grad(sc: ScaledCore, We: FloatArray, what: str) -> FloatArray:
     return put_back(D.direction * math.exp(D.log_norm - k * _LN2), k, what, remedy=_GRAD_REMEDY)
 
 
+def is_stationary_error(exc: NumericalError) -> bool:
+    """The core's refusal of a zero or rounding-level gradient (the point is stationary, so a record's
+    ``log10||∇L||`` is ``−inf``), as opposed to a range error or an undetermined ``ℓ'``, which must
+    propagate. The same test as :func:`attnsvm.gd._is_stationary_error` (one home for both: grad)."""
+    msg = str(exc)
+    return CANCELLED_MESSAGE in msg or "exactly zero" in msg
+
+
 _GRAD_REMEDY = "Use the normalized gradient (direction and log-norm), which stays exact at any size"
 
 
@@ -350,7 +366,7 @@ def scaled_log_softmax(L: FloatArray, e: int) -> FloatArray:
 
 def norm2(x: FloatArray, what: str) -> float:
     """``||x||₂`` from the mantissa (no overflow or underflow in ``Σ x²``); refused only when it overflows."""
-    m, e = mantissa(x)
+    m, e = pow2_split(x)
     return put_back_scalar(float(np.sqrt(np.sum(m * m))), e, what)
 
 
@@ -366,17 +382,17 @@ class PromptData(NamedTuple):
 
 def keys_mantissa(X: FloatArray, W: FloatArray) -> tuple[FloatArray, int]:
     """``(ks, K)`` with ``k_it = Wᵀx_it = 2^K·ks_it``, formed from rescaled ``X`` and ``W`` (no overflow)."""
-    Xs, ex = mantissa(X)
-    Ws, ew = mantissa(W)
-    ks, ek = mantissa(Xs @ Ws)  # |Xs @ Ws| ≤ d: no overflow
+    Xs, ex = pow2_split(X)
+    Ws, ew = pow2_split(W)
+    ks, ek = pow2_split(Xs @ Ws)  # |Xs @ Ws| ≤ d: no overflow
     return ks, ex + ew + ek
 
 
 def values_mantissa(X: FloatArray, v: FloatArray) -> tuple[FloatArray, int]:
     """``(As, A)`` with ``vᵀx_it = 2^A·As_it`` (rescaled product, no overflow)."""
-    Xs, ex = mantissa(X)
-    vs, ev = mantissa(v)
-    As, ea = mantissa(Xs @ vs)
+    Xs, ex = pow2_split(X)
+    vs, ev = pow2_split(v)
+    As, ea = pow2_split(Xs @ vs)
     return As, ex + ev + ea
 
 
@@ -404,8 +420,8 @@ def embed_prompt(p: FloatArray) -> FloatArray:
 
 def prompt_log_attention(data: PromptData, p: FloatArray) -> FloatArray:
     """``log s_it`` of logits ``k_itᵀp = 2^(K+ep)·(ks·ps)`` (never overflows)."""
-    ps, ep = mantissa(p)
-    L, el = mantissa(data.ks @ ps)
+    ps, ep = pow2_split(p)
+    L, el = pow2_split(data.ks @ ps)
     return scaled_log_softmax(L, data.K + ep + el)
 
 
@@ -438,14 +454,14 @@ def _prompt_risk_unchecked(data: PromptData, Y: FloatArray, p: FloatArray, loss:
 def prompt_grad_of(data: PromptData, Y: FloatArray, p: FloatArray, loss: Any) -> FloatArray:
     """Array form of :func:`prompt_grad`: the core gradient on the rescaled augmented data, column 0."""
     sc = prompt_core(data, Y, loss)
-    We = effective_weights(sc, embed_prompt(p), "p")
+    We = effective_weights(sc, embed_prompt(p), "p", **_PROMPT_LOGIT_SCALE)
     return np.array(core_grad(sc, We, "the prompt gradient ∇_p L")[:, 0])
 
 
 def normalized_prompt_grad_of(data: PromptData, Y: FloatArray, p: FloatArray, loss: Any) -> GradDirection:
     """Array form of :func:`normalized_prompt_grad` (log-domain, via the rescaled core direction)."""
     sc = prompt_core(data, Y, loss)
-    We = effective_weights(sc, embed_prompt(p), "p")
+    We = effective_weights(sc, embed_prompt(p), "p", **_PROMPT_LOGIT_SCALE)
     try:
         G = core_direction(sc, We)
     except NumericalError as exc:
@@ -473,7 +489,7 @@ def prompt_logits(inst: Instance, W: ArrayLike, p: ArrayLike) -> FloatArray:
     :class:`NumericalError` when ``max|l|`` is not a normal double.
     """
     ks, K = keys_mantissa(inst.X, inst.check_weights(W))
-    ps, ep = mantissa(check_prompt(inst, p))
+    ps, ep = pow2_split(check_prompt(inst, p))
     return put_back(ks @ ps, K + ep, "the prompt logits k_itᵀp")
 
 
@@ -602,10 +618,10 @@ def prompt_constraint_rows(
     ii, tt = np.meshgrid(np.arange(n), np.arange(T), indexing="ij")
     keep = tt != alpha[:, None]
     pairs = np.stack([ii[keep], tt[keep]], axis=1).astype(np.intp)
-    Xs, ex = mantissa(inst.X)
-    Ws, ew = mantissa(W)
+    Xs, ex = pow2_split(inst.X)
+    Ws, ew = pow2_split(W)
     deltas = Xs[pairs[:, 0], alpha[pairs[:, 0]]] - Xs[pairs[:, 0], pairs[:, 1]]
-    rows, er = mantissa(deltas @ Ws)
+    rows, er = pow2_split(deltas @ Ws)
     return rows, ex + ew + er, pairs
 
 
@@ -630,8 +646,8 @@ def scaled_alpha(inst: Instance, alpha: ArrayLike | None) -> NDArray[np.intp]:
     (argmax and ties are invariant under positive scaling)."""
     if alpha is not None:
         return inst.check_alpha(alpha)
-    Xs, _ = mantissa(inst.X)
-    vs, _ = mantissa(inst.v)
+    Xs, _ = pow2_split(inst.X)
+    vs, _ = pow2_split(inst.v)
     return Instance(Xs, inst.Y, vs, np.ones((inst.n, inst.d))).check_alpha(None)
 
 
@@ -746,8 +762,8 @@ class PromptTrajectory:
 
 def _cos(a: FloatArray, b: FloatArray) -> float:
     """``cos(a, b)`` from the mantissas (``||a||`` never squared at full scale); NaN for a zero vector."""
-    am, _ = mantissa(a)
-    bm, _ = mantissa(b)
+    am, _ = pow2_split(a)
+    bm, _ = pow2_split(b)
     na, nb = float(np.linalg.norm(am)), float(np.linalg.norm(bm))
     if na == 0 or nb == 0:
         return math.nan
@@ -756,7 +772,7 @@ def _cos(a: FloatArray, b: FloatArray) -> float:
 
 def _tokens(data: PromptData, p: FloatArray) -> NDArray[np.intp]:
     """``argmax_t k_itᵀp`` from the mantissas (the order of the logits is scale-invariant)."""
-    return np.argmax(data.ks @ mantissa(p)[0], axis=1).astype(np.intp)
+    return np.argmax(data.ks @ pow2_split(p)[0], axis=1).astype(np.intp)
 
 
 def run_prompt_gd(
@@ -779,7 +795,8 @@ def run_prompt_gd(
 
     Scale: any finite data; equivariant (``X → cX``, ``lr → lr/c``, ``p0 → p0/c`` gives ``p_t/c``
     exactly for powers of two ``c``); raises :class:`NumericalError` naming the step when a
-    gradient (plain GD), ``p`` or a recorded risk is not a normal double.
+    gradient (plain GD), ``p`` or a recorded risk is not a normal double, or the recorded gradient is
+    refused (a record's ``log10||∇_p L||`` is ``−inf`` only at a stationary ``p``).
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (Thm. on GD convergence to p-SVM).
 
@@ -812,10 +829,12 @@ def run_prompt_gd(
 
     def record(t: int) -> None:
         try:
-            lg = normalized_prompt_grad_of(data, Y, p, lo).log_norm / math.log(10.0)
-        except NumericalError:
-            lg = -math.inf
-        try:
+            try:
+                lg = normalized_prompt_grad_of(data, Y, p, lo).log_norm / math.log(10.0)
+            except NumericalError as exc:
+                if not is_stationary_error(exc):
+                    raise  # a range error or an undetermined ℓ': not a zero gradient
+                lg = -math.inf
             rec.append(
                 PromptRecord(
                     t,

@@ -12,6 +12,8 @@ The tools here make that cheap and exact:
 * :func:`pow2_exponent` / :func:`ldexp_scale`: rescale an array by a power of two, which is
   exact in binary floating point (no rounding) as long as the result stays in the normal
   range; data rescaled so that its largest entry lies in ``[½, 1)`` loses nothing.
+* :func:`pow2_split`: the two together, ``a = m·2^e`` with ``max|m| ∈ [½, 1)`` — the one home of
+  the power-of-two mantissa/exponent split the models use to keep every intermediate O(1).
 * :func:`check_log_representable`: given the natural logarithm of a positive answer, raise
   the contract's error when ``exp`` of it is not a normal double.
 * :func:`range_error`: the message, the same everywhere.
@@ -36,6 +38,7 @@ __all__ = [
     "LOG_FLOAT_TINY",
     "pow2_exponent",
     "ldexp_scale",
+    "pow2_split",
     "log10_of",
     "range_error",
     "check_log_representable",
@@ -70,6 +73,24 @@ def pow2_exponent(a: ArrayLike) -> int:
 def ldexp_scale(a: ArrayLike, e: int) -> FloatArray:
     """``a · 2^−e``, exact for every entry whose result is a normal double (a new array)."""
     return np.ldexp(np.asarray(a, dtype=np.float64), -int(e))
+
+
+def pow2_split(a: ArrayLike) -> tuple[FloatArray, int]:
+    """Split ``a`` into a power-of-two mantissa and exponent: ``a = m·2^e``, ``max|m| ∈ [½, 1)``.
+
+    ``e = pow2_exponent(a)`` is the ``math.frexp`` exponent of ``max|a|`` (``frexp(x) = (f, e)``,
+    ``x = f·2^e``, ``|f| ∈ [½, 1)``) and ``m = a·2^−e`` (:func:`ldexp_scale`, a new float64 array;
+    ``a`` is not modified). An all-zero or empty ``a`` gives ``(zeros, 0)``.
+
+    Exactness: ``m_k·2^e = a_k`` holds exactly for every entry whose mantissa ``m_k`` is a normal
+    double (``|a_k| ≥ 2^(e−1022)``, i.e. within ``2^1021`` of the largest entry), and for every entry
+    when ``e ≤ 0`` (scaling up never rounds); an entry further below the largest is rounded to the
+    subnormal grid of ``m``, absolute error ``≤ 2^−1075·2^e`` (``≤ 2^−1074`` relative to ``max|a|``).
+
+    Scale: any finite ``a`` (subnormal entries and ``±1.8e308`` included); never over- or underflows.
+    """
+    e = pow2_exponent(a)
+    return ldexp_scale(a, e), e
 
 
 def log10_of(log_value: float) -> float:

@@ -339,3 +339,26 @@ def test_loss_derivative_is_refused_exactly_where_its_uncertainty_reaches_one():
             NumericalError, match=r"^the output f_0 = Σ_t s_it vᵀx_it is known only to ±2\.25 "
         ):
             fn(inst, W)
+
+
+#: The normalized direction's documented accuracy, a few ulps per entry (n = 1, T = 2, d = 2): a factor
+#: 64 over eps covers the log-domain sums; the defect below showed as ≈ 2^(jv−53), i.e. ≥ 1e-4 at jv = 40.
+HUGE_MARGIN_DIR_ATOL = 64 * EPS
+
+
+@pytest.mark.parametrize("jv", [0, 30, 40, 50])
+def test_normalized_direction_at_a_huge_margin_keeps_the_within_sequence_weights(jv: int) -> None:
+    """Regression: log|ℓ'(Y f)| ≈ −2^(jv−1) was added to the O(1) log-weights before they were
+    exponentiated, rounding them to ulp(2^(jv−1)) (ratio −2.117 instead of −2 at jv = 50).
+    Oracle, by hand: X_1 = (e_1, ½e_2), z = (1, 1), W = 0 give s = (½, ½) and values a = (2^jv, 0), so
+    a_t − f = ±2^(jv−1) and ∇L = ℓ'·¼·2^jv·(x_1 − x_2) zᵀ with ℓ' < 0: the direction is exactly
+    −(1, −½) ⊗ (1, 1)/√2.5 at every jv (one sequence: ℓ' only scales it)."""
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 0.5]]]),
+        np.array([1.0]),
+        np.array([2.0**jv, 0.0]),
+        np.array([[1.0, 1.0]]),
+    )
+    d = A.normalized_risk_grad(inst, np.zeros((2, 2))).direction
+    expected = -np.outer([1.0, -0.5], [1.0, 1.0]) / np.sqrt(2.5)
+    assert np.max(np.abs(d - expected)) <= HUGE_MARGIN_DIR_ATOL

@@ -294,12 +294,41 @@ def test_solver_failures_are_named(inst, monkeypatch):
 
 def test_record_refuses_an_unrepresentable_norm_by_name():
     """Oracle: ||W0||_2 = 2·1e308 for a 2×2 matrix of 1e308 (hand-computed); tokens 2^−10 keep the
-    logits finite, so the record at step 0 names the ℓp norm and the step."""
+    logits finite, and equal values vᵀx_it = 2^−10 make ∇L exactly 0 (hand-derived: the record's
+    gradient norm is the legitimate −inf), so the record at step 0 names the ℓp norm and the step."""
     X = np.array([[[2.0**-10, 0.0], [0.0, 2.0**-10]]])
-    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2)))
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 1.0]), np.ones((1, 2)))
     with pytest.raises(NumericalError) as exc:
         M.run_mirror_descent(inst, 2.0, 1, 0.1, W0=np.full((2, 2), 1e308), record_at=[0])
     assert (
         str(exc.value)
         == f"mirror descent, record at step 0: the ℓp norm ||W||_p is about 1e+308: it overflows {RANGE_TEXT}"
     )
+
+
+def test_record_names_the_logit_scale_and_the_step():
+    """Oracle: hand-computed size. Unit tokens and queries (mantissa exponents 1 each) and W0 = 1e308:
+    the logit scale max|W|·2^(1+1) = 4e308 ≈ 10^308.6 overflows; the refusal of the record at step 0
+    carries the "record at step t" prefix of the other record refusals."""
+    X = np.array([[[1.0, 0.0], [0.0, 1.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2)))
+    with pytest.raises(NumericalError) as exc:
+        M.run_mirror_descent(inst, 2.0, 1, 0.1, W0=np.full((2, 2), 1e308), record_at=[0])
+    assert str(exc.value) == (
+        "mirror descent, record at step 0: the logit scale max|W|·max|x|·max|z| is about 1e+309: it "
+        f"overflows {RANGE_TEXT}. Scale W or the data down; the attention logits would overflow"
+    )
+
+
+def test_record_gradient_norm_is_minus_inf_only_when_stationary():
+    """Oracle: hand-derived. Equal values (v = (1, 1)) give ∇L = 0 exactly: −inf is recorded. With
+    v = (1, 0) the values differ, so ∇L ≠ 0 at W0 = 1e308 (tokens 2^−10); the core refuses it there
+    (ℓ' undetermined) and the record refuses naming the step, where it used to record −inf."""
+    X = np.array([[[2.0**-10, 0.0], [0.0, 2.0**-10]]])
+    zero = A.Instance(X, np.array([1.0]), np.array([1.0, 1.0]), np.ones((1, 2)))
+    tr = M.run_mirror_descent(zero, 2.0, 1, 0.1, normalized=False, record_at=[0, 1])
+    assert [r.log10_grad_norm for r in tr.record] == [-np.inf, -np.inf]
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2)))
+    with pytest.raises(NumericalError) as exc:
+        M.run_mirror_descent(inst, 2.0, 1, 0.1, W0=np.full((2, 2), 1e308), record_at=[0])
+    assert str(exc.value).startswith("mirror descent, record at step 0: the output f_0 ")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import attnsvm as A
 from attnsvm import prompt as P
 from attnsvm.errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError
+from attnsvm.grad import CANCELLED_MESSAGE
 from attnsvm.peer_strategies import prompt_instances
 from attnsvm.svm import CERTIFY_RTOL, solve_svm
 from attnsvm.toys import PROMPT_TOY_LR, PROMPT_TOY_Y0, prompt_toy
@@ -279,6 +280,9 @@ def test_property_normalized_gd_decreases_risk_and_aligns(pair):
 # ------------------------------------------------------------- documented messages (exact wording)
 #: The scale contract's range as every refusal names it (attnsvm.scaling.range_error).
 RANGE_TEXT = "float64's normal range [2.2e-308, 1.8e308]"
+#: The prompt model has no query z: its logits k_itᵀp overflow with max|p|·max|k| (keys k = Wᵀx).
+PROMPT_LOGIT_SCALE = "the logit scale max|p|·max|k| (keys k_it = Wᵀx_it)"
+LOGIT_REMEDY = "Scale p or the keys (W or X) down; the attention logits would overflow"
 
 
 def test_bad_input_messages_are_exact(case):
@@ -341,22 +345,25 @@ def test_range_refusals_name_the_quantity(case):
     with pytest.raises(NumericalError) as exc:
         P.prompt_regularization_path(inst, W, [1e300, 1e308])
     assert str(exc.value) == f"the radii in logit units R·max|k| is about 1e+309: it overflows {RANGE_TEXT}"
-    remedy = "Scale p or the data down; the attention logits would overflow"
     for call in (P.prompt_grad, P.normalized_prompt_grad):
         with pytest.raises(NumericalError) as exc:
             call(inst, W * 1e200, p * 1e200)
         assert (
             str(exc.value)
-            == f"the logit scale max|p|·max|x|·max|z| is about 1e+400: it overflows {RANGE_TEXT}. {remedy}"
+            == f"{PROMPT_LOGIT_SCALE} is about 1e+400: it overflows {RANGE_TEXT}. {LOGIT_REMEDY}"
         )
     with pytest.raises(NumericalError) as exc:
         P.run_prompt_gd(inst, W, 2, 1.7e308, normalized=False)
     assert str(exc.value) == "prompt GD diverged at step 1: p became non-finite; lower lr"
+    # p_1 (|p_1| ≈ 1.7e308·[½, 1)) leaves the logit scale: the record at step 1 refuses it (it used
+    # to record log10||∇_p L|| = −inf there); without that record the step-2 gradient refuses it.
+    overflow = f"{PROMPT_LOGIT_SCALE} is about 1e+309: it overflows {RANGE_TEXT}. {LOGIT_REMEDY}"
     with pytest.raises(NumericalError) as exc:
         P.run_prompt_gd(inst, W, 2, 1.7e308)
-    assert str(exc.value).startswith(
-        "normalized prompt GD at step 2: the logit scale max|p|·max|x|·max|z| is about"
-    )
+    assert str(exc.value) == f"prompt GD, record at step 1: {overflow}"
+    with pytest.raises(NumericalError) as exc:
+        P.run_prompt_gd(inst, W, 2, 1.7e308, record_at=[0])
+    assert str(exc.value) == f"normalized prompt GD at step 2: {overflow}"
 
 
 def _two_token(x: float, v: float = 1.0) -> A.Instance:
@@ -447,10 +454,47 @@ def test_gd_record_of_a_zero_gradient():
 
 
 def test_record_refuses_an_unrepresentable_norm_by_name():
-    """Oracle: ||(1.5e308, 1.5e308)|| = 2.1e308 > 1.8e308 (hand-computed): the record names ||p|| and the step."""
+    """Oracle: ||(1.5e308, 1.5e308)|| = 2.1e308 > 1.8e308 (hand-computed): the record names ||p|| and the step.
+
+    Keys Wᵀx = x/4 keep the logit scale at max|p|·max|k| = 3.75e307; equal values vᵀx_it = 1 make
+    ∇_p L exactly 0 (hand-derived), so the record's gradient norm is the legitimate −inf and the
+    refusal that remains is the norm's."""
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([1.0, 1.0]), np.ones((1, 2))
+    )
+    with pytest.raises(NumericalError) as exc:
+        P.run_prompt_gd(inst, np.eye(2) / 4, 1, 0.1, p0=[1.5e308, 1.5e308], record_at=[0])
+    assert str(exc.value) == f"prompt GD, record at step 0: ||p|| is about 1e+308: it overflows {RANGE_TEXT}"
+
+
+def test_record_names_the_logit_scale_and_the_step():
+    """Oracle: hand-computed size. Keys k_it = x_it (W = I, |k| ≤ 1, mantissa exponent 1) and
+    p0 = (1.5e308, 1.5e308): the logit scale max|p|·2^1 = 3e308 overflows; the record at step 0 says so
+    with the prompt's quantities (p and the keys k, no z) and the step."""
     inst = A.Instance(
         np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2))
     )
     with pytest.raises(NumericalError) as exc:
         P.run_prompt_gd(inst, np.eye(2), 1, 0.1, p0=[1.5e308, 1.5e308], record_at=[0])
-    assert str(exc.value) == f"prompt GD, record at step 0: ||p|| is about 1e+308: it overflows {RANGE_TEXT}"
+    assert str(exc.value) == (
+        f"prompt GD, record at step 0: {PROMPT_LOGIT_SCALE} is about 1e+308: it overflows {RANGE_TEXT}. "
+        f"{LOGIT_REMEDY}"
+    )
+
+
+def test_record_gradient_norm_is_minus_inf_only_when_stationary():
+    """Oracle: hand-derived. A record's log10||∇_p L|| is −inf only for a zero (stationary) gradient:
+    v = 0 gives ∇_p L = 0 exactly (−inf recorded). With v = (1, 0) and a step of 1e308 the values differ
+    and ∇_p L ≠ 0; the core refuses the gradient there (ℓ' undetermined), and the record now refuses
+    naming the step instead of recording −inf (it did before: a silent wrong number)."""
+    X = np.array([[[1.0, 0.0], [0.0, 1.0]]])
+    zero = A.Instance(X, np.array([1.0]), np.zeros(2), np.ones((1, 2)))
+    tr = P.run_prompt_gd(zero, np.eye(2), 1, 1.0, normalized=False, record_at=[0, 1])
+    assert [r.log10_grad_norm for r in tr.record] == [-np.inf, -np.inf]
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2)))
+    with pytest.raises(NumericalError) as exc:
+        P.run_prompt_gd(inst, np.eye(2), 1, 1e308, record_at=[1])
+    assert str(exc.value).startswith("prompt GD, record at step 1: the prompt gradient: ")
+    assert P.is_stationary_error(NumericalError("the prompt gradient: the gradient is exactly zero"))
+    assert P.is_stationary_error(NumericalError(f"the prompt gradient: {CANCELLED_MESSAGE}"))
+    assert not P.is_stationary_error(NumericalError(f"x is about 1e+309: it overflows {RANGE_TEXT}"))

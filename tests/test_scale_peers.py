@@ -255,3 +255,55 @@ def test_multitoken_grad_underflow_is_refused():
     with pytest.raises(NumericalError, match="multi-token gradient .*underflows " + RANGE):
         MT.multitoken_grad(*args)
     assert abs(np.linalg.norm(MT.normalized_multitoken_grad(*args).direction) - 1) <= 4 * EPS
+
+
+# ------------------------------------------------------------------- GD records at every scale
+PROMPT_SCALE_OVERFLOW = (
+    "the logit scale max|p|·max|k| (keys k_it = Wᵀx_it) is about 1e+308: it overflows float64's normal "
+    "range [2.2e-308, 1.8e308]. Scale p or the keys (W or X) down; the attention logits would overflow"
+)
+
+
+@pytest.mark.parametrize("j", [0, 300, 600])
+def test_prompt_gd_record_refuses_instead_of_minus_inf(j):
+    """Was: the record at step 1 swallowed the refusal of ∇_p L and recorded log10||∇_p L|| = −inf, a
+    zero gradient that is not there. Oracle: by the tokens' symmetry ∇_p L(0) ∝ (−1, 1), so
+    p_1 = 1.7e308·(1, −1)/√2 and the logit scale max|p|·2^K (keys x_it, K = 1) is 2.4e308 ≈ 10^308.4
+    (hand-computed); equivariance — (2^j X, 2^−j v, lr·2^−j) gives p_t·2^−j, the same logits and the same
+    refusal at every j. The wording names p and the keys (the prompt model has no query z)."""
+    inst = A.Instance(np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([1.0, 0.0]))
+    with pytest.raises(NumericalError) as exc:
+        P.run_prompt_gd(scaled(inst, j, -j), np.eye(2), 2, ld(1.7e308, -j), record_at=[1])
+    assert str(exc.value) == f"prompt GD, record at step 1: {PROMPT_SCALE_OVERFLOW}"
+
+
+@pytest.mark.parametrize("j", [0, 200, 500])
+def test_mirror_record_logit_overflow_names_the_step(j):
+    """Was: the record's logit-scale refusal without the "record at step t" prefix. Oracle:
+    equivariance — (2^j X, 2^j z, W0·2^−2j) has the same logits, hence the same refusal at every j:
+    max|W0|·2^(ex+ez) = 1e308·4 ≈ 10^308.6 (unit tokens and queries, hand-computed)."""
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([1.0, 0.0]), np.ones((1, 2))
+    )
+    with pytest.raises(NumericalError) as exc:
+        M.run_mirror_descent(
+            scaled(inst, j), 2.0, 1, 0.1, W0=ld(np.full((2, 2), 1e308), -2 * j), record_at=[0]
+        )
+    assert str(exc.value) == (
+        "mirror descent, record at step 0: the logit scale max|W|·max|x|·max|z| is about 1e+309: it overflows "
+        "float64's normal range [2.2e-308, 1.8e308]. Scale W or the data down; the attention logits would "
+        "overflow"
+    )
+
+
+#: The documented accuracy of the normalized prompt direction, ``≲ nT·eps`` per entry (n = 1, T = 2),
+#: with a factor 64 for the log-domain sums: a wrong direction shows as ≳ 1e-5 here.
+PROMPT_DIR_ATOL = 64 * 2 * EPS
+
+
+def test_normalized_prompt_direction_at_a_huge_margin():
+    """Oracle: hand-derived symmetry. Keys e_0, e_1 (W = I), p = 0, values (2^40, 0): s = (½, ½),
+    ∇_p L = ℓ'(2^39)·¼·2^40·(e_0 − e_1) with ℓ' < 0, so the direction is exactly (−1, 1)/√2."""
+    inst = A.Instance(np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([2.0**40, 0.0]))
+    g = P.normalized_prompt_grad(inst, np.eye(2), np.zeros(2))
+    assert np.max(np.abs(g.direction - np.array([-1.0, 1.0]) / math.sqrt(2.0))) <= PROMPT_DIR_ATOL
