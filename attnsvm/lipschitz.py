@@ -1,11 +1,15 @@
 """Lipschitz constants of attention with respect to ``W``: certified bounds and attained estimates.
 
-The maps (DESIGN.md): on the ball ``B_R = {W : ||W||_F ≤ R}``, Frobenius norm in, ℓ2 norm out,
+The maps. The model's logits are ``l_it = x_itᵀ W z_i`` (token ``x_it`` of sequence ``i``, query
+``z_i``, ``W ∈ R^{d×d}``), its weights ``s_i = softmax(l_i)`` (or ``φ(l_i)/Σ_t φ(l_it)``) and its
+output ``f_i = Σ_t s_it a_it`` with the values ``a_it = vᵀx_it``. Lipschitz constants here are with
+respect to ``W`` on the ball ``B_R = {W : ||W||_F ≤ R}``, Frobenius norm in, ℓ2 norm out, of
 
 * ``of="weights"``: ``W ↦ s(W) ∈ R^{nT}`` (all attention weights, flattened);
-* ``of="output"``:  ``W ↦ f(W) ∈ R^n``, ``f_i = Σ_t s_it a_it``, ``a_it = vᵀx_it``;
+* ``of="output"``:  ``W ↦ f(W) ∈ R^n``;
 
-for the kinds ``softmax``, ``linear`` and ``normalized_linear`` (``φ = elu + 1`` on the logits).
+for the kinds ``softmax``, ``linear`` (``s_i = l_i``) and ``normalized_linear`` (``φ = elu + 1`` on the
+logits). Below, ``vec W`` stacks the columns of ``W`` (column-major ``vec``).
 
 Structure. Every kind acts on the logits ``l = 𝓛(W)``, ``l_it = x_itᵀ W z_i = ⟨z_i ⊗ x_it, vec W⟩``,
 a linear map whose operator norm ``||𝓛||₂`` is computed exactly from its factorised Gram matrix
@@ -58,7 +62,7 @@ if TYPE_CHECKING:  # torch is imported where it is used: `import attnsvm` stays 
 from .attention import KINDS
 from .errors import AttnSVMError, NumericalError, unknown_name
 from .instance import Instance
-from .scaling import FLOAT_MAX, check_log_representable, pow2_exponent, range_error
+from .scaling import FLOAT_MAX, FLOAT_TINY, check_log_representable, pow2_exponent, range_error
 
 __all__ = [
     "OFS",
@@ -363,7 +367,10 @@ def _log_max_weight(sp: _Split, kind: str, radius: float, *, rounded_up: bool) -
     logp = -np.logaddexp(0.0, q)  # (n, T)
     if rounded_up:
         fin = np.where(np.isfinite(expo), np.abs(expo), 0.0)
-        size = 1.0 + np.max(fin, axis=-1) + np.where(np.isfinite(q), np.abs(q), 0.0)
+        # Exponents near 1.8e308 (R·c at the top of the range) make the sum overflow to inf: the
+        # allowance is then inf and the cap log 1 = 0 binds, which is still an upper bound (p = 1).
+        with np.errstate(over="ignore"):
+            size = 1.0 + np.max(fin, axis=-1) + np.where(np.isfinite(q), np.abs(q), 0.0)
         logp = np.minimum(0.0, logp + _log_weight_ulps(d, T) * _EPS * size)
     return np.asarray(np.max(logp, axis=1))
 
@@ -471,8 +478,8 @@ def lipschitz_bound(
       ``r = φ'/φ``; for ``φ = elu + 1``, ``r = 1`` on ``l ≤ 0`` and ``1/(1 + l)`` on ``l > 0``, so
       ``r ∈ (0, 1]``. The Jacobian ``diag(s∘r) − s(s∘r)ᵀ = (diag(s) − ssᵀ) diag(r)`` is not
       symmetric, but it factors, so ``||D_i||₂ ≤ ||diag(s) − ssᵀ||₂ ||diag(r)||₂ ≤ min(½, max_t s_t)``:
-      the ½ of DESIGN.md holds (checked by adversarial search in the tests). ``κ_i = min(½, p_i)``
-      with ``p_i`` the normalized-linear max-weight bound.
+      the softmax factor ½ holds for ``φ = elu + 1`` too (checked by adversarial search in the tests).
+      ``κ_i = min(½, p_i)`` with ``p_i`` the normalized-linear max-weight bound.
     * softmax / normalized_linear, output: ``∂f_i/∂l_i = D_iᵀ a = w∘(a − f)`` with ``w = s`` (softmax)
       or ``w = s∘r ≤ s`` (normalized_linear), so ``||D_i||₂ ≤ ||s∘(a − f)||₂``. With
       ``u_t = s_t(a_t − f)``, ``Σ_t u_t = 0``; let ``P = Σ_{u_t>0} u_t = Σ_{u_t<0} |u_t|``. Then
@@ -705,7 +712,11 @@ def lipschitz_estimate(
     exactly (``2^(eX+ez)``, outputs ``2^(2eX+ez+ev)``), so the estimate is exactly equivariant.
     Accuracy: ``value`` is ``||J(W)||₂`` at the returned ``W`` to ``~(nT + d²)·eps`` relative plus the
     Jacobian's absolute rounding (``_jacobian_floor``); below that floor it raises rather than
-    returning an unresolved number (0 only when the Jacobian is identically 0).
+    returning an unresolved number (0 only when the Jacobian is identically 0). ``X`` and ``z`` are
+    rescaled separately (also for self-attention, where tiny first tokens are fine); the one data
+    that still raise although the constant is representable are sequences whose sizes differ by more
+    than ~``2^970`` in opposite directions for ``z_i`` and ``x_it`` (the rescaled Jacobian then falls
+    below ``RESOLVED_MIN = 2^−970``, where gradual underflow would cost digits).
 
     Returns:
       :class:`LipschitzEstimate`; ``.W`` (shape ``(d, d)``) attains ``.value``.
@@ -713,7 +724,8 @@ def lipschitz_estimate(
     Raises:
       NumericalError: the estimate is outside ``[2.2e-308, 1.8e308]``, or ``||W||_F`` of its attaining
         point is (the data so large that the point underflows), or the largest Jacobian found is
-        below its float64 rounding level (every sequence's tokens nearly coincide).
+        below its float64 rounding level (every sequence's tokens nearly coincide), or below
+        ``RESOLVED_MIN`` on the rescaled data (see Accuracy).
     """
     import torch
 
@@ -735,7 +747,13 @@ def lipschitz_estimate(
     X = torch.as_tensor(np.array(inst.X), dtype=torch.float64)
     z = torch.as_tensor(np.array(inst.z), dtype=torch.float64)
     a = torch.as_tensor(_values(inst), dtype=torch.float64)
-    G_np = logit_gram(inst)
+    # The search needs the logit Gram G only up to a positive factor (it compares values and follows
+    # normalised gradients), so it uses the scaled Gram M = G·2^(−2E) of ``_kron_gram``, whose largest
+    # diagonal entry is ≥ 1/64: no refusal when G itself leaves float64's range (logit_gram would
+    # refuse, e.g. when every sequence's ||z_i||·||x_it|| is tiny although X and z are not).
+    # σ(W) below is therefore ||J̃(W)||₂·2^(−E); the returned value is recomputed independently.
+    sp = _Split(inst)
+    G_np, E_gram = _kron_gram(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones)
     G4 = torch.as_tensor(G_np.reshape(n, T, n, T), dtype=torch.float64)
     # ∂(head)/∂l per sequence: (n, T, T) for weights, (n, 1, T) for the output.
     dhead = torch.func.vmap(torch.func.jacrev(_torch_head(kind, of), argnums=0))
@@ -847,7 +865,7 @@ def lipschitz_estimate(
         samples=samples,
         steps=steps,
         evaluations=count,
-        search_value=_pair_value(float(best_val), k_out),
+        search_value=_pair_value(float(best_val), k_out + E_gram),
     )
 
 
@@ -871,14 +889,17 @@ def jacobian_norm(inst: Instance, W: ArrayLike, kind: str = "softmax", of: str =
     exactly. Accuracy: ``~(nT + d²)·eps`` relative plus an absolute ``_jacobian_floor`` (the autograd
     Jacobian's rounding, which grows with the logits); a value at or below that floor raises (the
     attention is saturated at ``W``: the true value, positive, cannot be resolved), except that a
-    Jacobian identically 0 for the data (``_structurally_zero``) returns 0.
+    Jacobian identically 0 for the data (``_structurally_zero``) returns 0; so does a value below
+    ``RESOLVED_MIN = 2^−970`` on the rescaled data (sequences whose ``z_i`` and ``x_it`` sizes differ
+    by more than ~``2^970`` in opposite directions; see :func:`lipschitz_estimate`).
 
     Returns:
       ``||J(W)||₂`` (a float).
 
     Raises:
       NumericalError: the value is outside ``[2.2e-308, 1.8e308]``; ``W`` on the data's scale (the
-        logits) overflows; or the value is below the rounding level of its computation.
+        logits) overflows; or the value is below the rounding level of its computation or below
+        ``RESOLVED_MIN`` on the rescaled data.
     """
     _check_common(kind, of, "W")
     Wa = inst.check_weights(W)
@@ -912,18 +933,23 @@ def _values(inst: Instance) -> FloatArray:
 def _normalized(inst: Instance) -> tuple[Instance, int, int, int]:
     """``(inst with X/2^eX, z/2^ez, v/2^ev, eX, ez, ev)``: exact rescaling, largest entries in ``[½, 1)``.
 
-    For self-attention ``z = x_i0`` keeps the exponent of ``X`` (``ez = eX``). Entries more than
-    ``2^1022`` below their array's largest land in the subnormal band (normwise negligible).
+    ``X``, ``z`` and ``v`` each get their own exponent, also for self-attention: the maps depend on
+    the data only through ``x_it``, ``z_i`` and ``v`` (the logits ``x_itᵀ W z_i`` and the values
+    ``vᵀx_it``), never on ``z_i`` being a copy of ``x_i0``, so the result is a cross-attention instance
+    with ``z̃ = z/2^ez``. (Giving ``z = x_i0`` the exponent of ``X`` left ``z̃`` tiny when the first
+    tokens are far smaller than the others — ``2^−600`` next to tokens of size 1 — and the logit Gram
+    ``||z̃||²||x̃||²`` of the rescaled data underflowed although the constant is representable.)
+    Entries more than ``2^1022`` below their array's largest land in the subnormal band (normwise
+    negligible).
     """
     eX = pow2_exponent(inst.X)
+    ez = pow2_exponent(inst.z)
     ev = pow2_exponent(inst.v)
     with np.errstate(under="ignore"):
         X = np.ldexp(inst.X, -eX)
         v = np.ldexp(inst.v, -ev)
-        if inst.self_attention:
-            return Instance(X, inst.Y, v), eX, eX, ev
-        ez = pow2_exponent(inst.z)
-        return Instance(X, inst.Y, v, np.ldexp(inst.z, -ez)), eX, ez, ev
+        z = np.ldexp(inst.z, -ez)
+    return Instance(X, inst.Y, v, z), eX, ez, ev
 
 
 def _jacobian_shift(eX: int, ez: int, ev: int, of: str) -> tuple[int, int]:
@@ -983,6 +1009,15 @@ def _jacobian_floor(inst: Instance, kind: str, of: str, w: FloatArray) -> float:
     return JACOBIAN_ULPS * (n * T + d * d + T + 2 + 2 * d * (1.0 + lam)) * _EPS * lf * a
 
 
+#: Smallest ``||J̃(W)||₂`` on the rescaled data that is returned: ``2^−1022/eps = 2^−970``. Above it every
+#: entry of ``J̃`` near its norm, and every partial product forming it (factors ``≤ 1``: weights, and
+#: entries of the rescaled ``x̃``, ``z̃``), is at least ``2^52`` times the subnormal spacing ``2^−1074``, so
+#: gradual underflow costs at most ``~2^−104`` relative; below it the norm could lose digits silently.
+#: On data of one scale it never binds: a value above ``_jacobian_floor`` (``≳ 100·eps·||𝓛̃||_F``) is
+#: below it only when ``||𝓛̃||_F < 2^−920``.
+RESOLVED_MIN = FLOAT_TINY / _EPS
+
+
 def _structurally_zero(inst: Instance, kind: str, of: str) -> bool:
     """``J(W) = 0`` at every ``W``, decided exactly on the data (no rounding).
 
@@ -1010,6 +1045,13 @@ def _checked_jacobian_norm(inst: Instance, kind: str, of: str, w: FloatArray) ->
     val = _full_jacobian_norm(inst, kind, of, w)
     floor = _jacobian_floor(inst, kind, of, w)
     if val > floor:
+        if val < RESOLVED_MIN:
+            raise NumericalError(
+                f"the {kind} {of} Jacobian norm on the data rescaled to O(1) is {val:.3g}, within 2^52 of "
+                "float64's subnormal band, where its entries lose digits: the sequences' sizes differ by "
+                "more than ~2^970 (a sequence with the largest ||z_i|| has tiny tokens, and the one with "
+                "the largest tokens a tiny ||z_i||). Evaluate the sequences separately or use lipschitz_bound"
+            )
         return val
     if _structurally_zero(inst, kind, of):
         return 0.0
@@ -1037,6 +1079,20 @@ def _full_jacobian_norm(inst: Instance, kind: str, of: str, w: FloatArray) -> fl
 
 
 # --------------------------------------------------------------------------- comparison
+def _ratio(x: float, y: float, what: str) -> float:
+    """``x / y`` of two numbers ``≥ 0`` with the conventions of :func:`compare_lipschitz`:
+    ``0/0 = 1`` (both constants 0: equal), ``x/0 = inf`` (``x > 0``), ``0/y = 0``; a quotient of
+    positive numbers that leaves float64's normal range raises the scale contract's error."""
+    if y == 0.0:
+        return 1.0 if x == 0.0 else math.inf
+    if x == 0.0:
+        return 0.0
+    r = x / y  # Python floats: inf on overflow, 0 or a subnormal on underflow (checked next)
+    if not FLOAT_TINY <= r <= FLOAT_MAX:  # an overflow to inf or a (subnormal) underflow
+        raise range_error(what, math.log(x) - math.log(y), remedy="Compare the logarithms of the two numbers")
+    return r
+
+
 def compare_lipschitz(
     instances: Sequence[Instance],
     radii: Sequence[float],
@@ -1048,10 +1104,19 @@ def compare_lipschitz(
     """Bound and estimate per kind for every (instance, radius), with the softmax ratios.
 
     One row per ``(instance index, radius)`` with, for each kind ``k``, ``bound_k``, ``estimate_k``
-    and ``gap_k = bound_k / estimate_k`` (``inf`` when the estimate is 0), and the ratios
-    ``softmax/linear`` and ``softmax/normalized_linear`` of bounds (``bound_ratio_*``) and of
-    estimates (``estimate_ratio_*``). An estimate ratio above 1 means softmax is *less* stable
-    than the other kind on that ball, as attained (not just bounded).
+    and ``gap_k = bound_k / estimate_k``, and the ratios ``softmax/linear`` and
+    ``softmax/normalized_linear`` of bounds (``bound_ratio_*``) and of estimates (``estimate_ratio_*``).
+    An estimate ratio above 1 means softmax is *less* stable than the other kind on that ball, as
+    attained (not just bounded).
+
+    Ratios at 0 (every ratio ``x / y`` of the row, never NaN):
+
+    * ``0 / 0 = 1``: both numbers are exactly 0 only when both constants are 0 (a bound of 0 certifies
+      the constant 0, an estimate of 0 is returned only for a Jacobian identically 0), so the bound is
+      exact (gap 1) and the two kinds are equally stable (ratio 1);
+    * ``x / 0 = inf`` for ``x > 0``: the estimate is 0 (the Jacobian identically 0) while the bound is
+      positive, or the other kind's constant is 0 while softmax's is not: the exact ratio is unbounded;
+    * ``0 / y = 0`` for ``y > 0``, exactly.
 
     References: Kim, Papamakarios, Mnih, ICML 2021, arXiv 2006.04710.
 
@@ -1062,7 +1127,8 @@ def compare_lipschitz(
       seed, samples, steps: passed to :func:`lipschitz_estimate`.
 
     Scale: as :func:`lipschitz_bound` and :func:`lipschitz_estimate` (it raises what they raise);
-    the ratios are of representable numbers (a ratio beyond float64 reads ``inf``).
+    each ratio of two positive numbers is their correctly rounded quotient when that is a normal
+    double, otherwise :class:`~attnsvm.NumericalError` names it (never a silent ``inf`` or 0).
 
     Returns:
       A list of dicts (table rows), ``len(instances) · len(radii)`` of them.
@@ -1070,9 +1136,6 @@ def compare_lipschitz(
     if of not in OFS:
         raise unknown_name("Lipschitz map 'of'", of, OFS)
     rs = [_check_radius(r) for r in radii]
-
-    def ratio(x: float, y: float) -> float:
-        return x / y if y > 0 else (math.inf if x > 0 else math.nan)
 
     rows: list[dict[str, Any]] = []
     for idx, inst in enumerate(instances):
@@ -1087,11 +1150,13 @@ def compare_lipschitz(
                 )
                 row[f"bound_{kind}"] = b
                 row[f"estimate_{kind}"] = e
-                row[f"gap_{kind}"] = ratio(b, e)
+                row[f"gap_{kind}"] = _ratio(b, e, f"the gap bound/estimate of {kind} (radius {R:.3g})")
             for other in ("linear", "normalized_linear"):
-                row[f"bound_ratio_softmax/{other}"] = ratio(row["bound_softmax"], row[f"bound_{other}"])
-                row[f"estimate_ratio_softmax/{other}"] = ratio(
-                    row["estimate_softmax"], row[f"estimate_{other}"]
-                )
+                for what in ("bound", "estimate"):
+                    row[f"{what}_ratio_softmax/{other}"] = _ratio(
+                        row[f"{what}_softmax"],
+                        row[f"{what}_{other}"],
+                        f"the {what} ratio softmax/{other} (radius {R:.3g})",
+                    )
             rows.append(row)
     return rows

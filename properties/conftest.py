@@ -35,12 +35,36 @@ check below fails loudly if that ever stops being true.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+
+
+def _register_helper(name: str) -> None:
+    """Make ``properties/<name>.py`` importable as ``<name>`` by the property files.
+
+    Under ``--import-mode=importlib`` (pyproject.toml) pytest puts no test folder on ``sys.path``, so
+    a test file cannot import a sibling module. This conftest is imported before any test file of this
+    folder (and in each xdist worker), so it loads the helper once under its own name; only that name
+    is added, nothing else of this folder becomes importable.
+    """
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+# The bounded-discard helper (properties/_discards.py) shared by the property files.
+_register_helper("_discards")
 
 PROFILE_ENV = "ATTNSVM_HYPOTHESIS_PROFILE"
 SHARD_ENV = "ATTNSVM_SHARD"

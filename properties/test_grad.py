@@ -13,13 +13,11 @@ constant number of roundings per term.
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
 import mpmath
 import numpy as np
 import pytest
 import torch
+from _discards import Tally, bounded_discards
 from hypothesis import event, example, given, target
 from hypothesis import strategies as st
 
@@ -44,8 +42,6 @@ ORACLE_DPS = 50
 #: is below the normal range; it decides from its own ``log||∇L||``, accurate to ≪ 1 relative
 #: where the gradient is above its rounding level, so a factor 2 on FLOAT_TINY covers the edge.
 RAISE_SLACK = 2.0
-#: Most examples a property may set aside as outside its claim (asserted per test run).
-MAX_DISCARD_FRACTION = 0.05
 #: Relative error bound of the float gradient at which its direction is not determined: the unit
 #: vectors of G* and of a G within rel·||G*|| of it differ by up to 2·rel ≥ 1.
 DIRECTION_UNDETERMINED = 0.5
@@ -151,45 +147,7 @@ def _mp_norm(G: list[list[mpmath.mpf]]) -> mpmath.mpf:
         return mpmath.sqrt(mpmath.fsum(g * g for row in G for g in row))
 
 
-class _Tally:
-    """Examples run and examples set aside by one property run (checked after the run).
-
-    The check runs in the same pytest test as the Hypothesis run (see :func:`_bounded_discards`),
-    so it holds serially and under xdist.
-    """
-
-    def __init__(self) -> None:
-        self.run = 0
-        self.discarded = 0
-
-    def discard(self, why: str) -> None:
-        event(f"discarded: {why}")
-        self.discarded += 1
-
-
-def _bounded_discards(tally: _Tally, max_fraction: float = MAX_DISCARD_FRACTION) -> Any:
-    """Run a ``@given`` test, then assert that at most ``max_fraction`` of its examples were discarded."""
-
-    def deco(test: Any) -> Any:
-        @functools.wraps(test)
-        def wrapper(*args: Any, **kwargs: Any) -> None:
-            tally.run = tally.discarded = 0
-            # A sweep seed set on this wrapper by properties/conftest.py goes to the Hypothesis test.
-            seed = getattr(wrapper, "_hypothesis_internal_use_seed", None)
-            if seed is not None:
-                test._hypothesis_internal_use_seed = seed
-            test(*args, **kwargs)
-            assert tally.run > 0
-            assert tally.discarded <= max_fraction * tally.run, (
-                f"{tally.discarded} of {tally.run} examples discarded (> {max_fraction:.0%})"
-            )
-
-        return wrapper
-
-    return deco
-
-
-_ORACLE_TALLY = _Tally()
+_ORACLE_TALLY = Tally()
 #: The error model fixes a direction only when ``||Ĝ − G*|| < ½||G*||`` (else its sign is unknown).
 UNDETERMINED_REL = 0.5
 
@@ -346,7 +304,7 @@ def _direction_rel(inst: Instance, W: np.ndarray, loss: str, norm: mpmath.mpf, S
     return ULPS * EPS * kappa * ratio
 
 
-@_bounded_discards(_ORACLE_TALLY)
+@bounded_discards(_ORACLE_TALLY)
 @given(saturated, st.sampled_from(LOSSES))
 def test_normalized_direction_matches_oracle(pair: tuple[Instance, np.ndarray], loss: str) -> None:
     """Oracle: the 50-digit mpmath gradient, normalised. The log-domain direction is exact even where
@@ -386,7 +344,8 @@ def test_normalized_direction_matches_oracle(pair: tuple[Instance, np.ndarray], 
 # ----------------------------------------------- the textbook form fails (a pinned finding)
 def test_textbook_loses_digits_at_saturation() -> None:
     """The oracle comparison can fail: the textbook gradient violates the error model at
-    saturation (the DESIGN's claim), while the cancellation-free one satisfies it."""
+    saturation (why attnsvm.grad uses the cancellation-free form), while the cancellation-free
+    one satisfies it."""
     rng = np.random.default_rng(0)
     inst = A.random_instance(2, 3, 4, seed=rng, family="gaussian")
     sol_dir = rng.standard_normal((4, 4))
@@ -432,10 +391,10 @@ _TINY_VALUES = A.Instance([[[0.0, 1.0], [1.0, 1.0]]], [1.0], [1.4e-278, 1.4e-278
 _TINY_GRAD = A.Instance([[[2.0**-126], [0.0]], [[0.0], [0.0]]], [1.0, 1.0], [2.0**-126], [[2.0**-126], [0.0]])
 
 
-_DIRECTION_TALLY = _Tally()
+_DIRECTION_TALLY = Tally()
 
 
-@_bounded_discards(_DIRECTION_TALLY)
+@bounded_discards(_DIRECTION_TALLY)
 @example(pair=(_ZERO_CENTRED, np.zeros((2, 2))), loss="logistic", scale=1.0)
 @example(pair=(_TINY_GRAD, np.ones((1, 1))), loss="logistic", scale=0.001)
 @example(pair=(_TINY_VALUES, np.array([[0.1865, -0.1960], [0.9500, 0.1556]])), loss="logistic", scale=2.0)
@@ -463,7 +422,8 @@ def test_normalized_direction_equals_normalized_gradient(
       and ``log||G*||`` to the error model, or refuses as "cancelled" only where ``||G*||`` is at
       the core's own cancellation level;
     * error model's relative bound ``rel ≥ DIRECTION_UNDETERMINED`` (``||G*||`` at the rounding
-      level of its float sum): outside the claim; counted and bounded by ``MAX_DISCARD_FRACTION``.
+      level of its float sum): outside the claim; counted and bounded by
+      ``_discards.MAX_DISCARD_FRACTION`` (5 %).
     """
     _DIRECTION_TALLY.run += 1
     inst0, W0 = pair

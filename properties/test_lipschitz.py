@@ -1,8 +1,8 @@
 """Lipschitz constants of attention in ``W``: certified bounds are sound, estimates stay below
 them, and softmax weights are at most half as sensitive as linear weights.
 
-Maps (DESIGN.md): ``W ↦ s(W)`` (``of="weights"``) and ``W ↦ f(W)`` (``of="output"``) on the ball
-``||W||_F ≤ R``, Frobenius in, ℓ2 out.
+Maps (attnsvm.lipschitz module docstring): ``W ↦ s(W)`` (``of="weights"``) and ``W ↦ f(W)``
+(``of="output"``) on the ball ``||W||_F ≤ R``, Frobenius in, ℓ2 out.
 
 Rounding margins (named, derived):
 
@@ -24,19 +24,18 @@ values) or the estimate's Jacobian is below its float64 rounding level, is set a
 ``hypothesis.event`` and counted; a refusal of the bound or the estimate is first *verified* by
 equivariance (the same call on the data rescaled to O(1) by exact powers of two, whose answer times
 the known power of two must lie outside the normal range). Each property asserts that at most
-``MAX_DISCARD_FRACTION`` of its examples were set aside.
+``_discards.MAX_DISCARD_FRACTION`` (5 %) of its examples were set aside (``properties/_discards.py``).
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
-from hypothesis import event, example, given, settings, target
+from _discards import Tally, bounded_discards
+from hypothesis import example, given, settings, target
 from hypothesis import strategies as st
 
 import attnsvm as A
@@ -63,44 +62,8 @@ insts = (
 radii = st.floats(0.05, 8.0)
 costly = settings(max_examples=max(5, settings.default.max_examples // 6))
 
-#: At most this fraction of a property's examples may be set aside (module docstring).
-MAX_DISCARD_FRACTION = 0.05
 #: Message of the scale contract's range error (attnsvm.scaling.range_error).
 RANGE_MESSAGE = "float64's normal range"
-
-
-class _Tally:
-    """Examples run and set aside by one property run (checked by :func:`_bounded_discards`)."""
-
-    def __init__(self) -> None:
-        self.run = 0
-        self.discarded = 0
-
-    def discard(self, why: str) -> None:
-        event(f"discarded: {why}")
-        self.discarded += 1
-
-
-def _bounded_discards(tally: _Tally) -> Callable[[Any], Any]:
-    """Run a ``@given`` test, then assert that at most ``MAX_DISCARD_FRACTION`` of its examples were
-    set aside (in the same pytest test, so it holds serially and under xdist)."""
-
-    def deco(test: Any) -> Any:
-        @functools.wraps(test)
-        def wrapper(*args: Any, **kwargs: Any) -> None:
-            tally.run = tally.discarded = 0
-            seed = getattr(wrapper, "_hypothesis_internal_use_seed", None)  # a sweep seed, see conftest
-            if seed is not None:
-                test._hypothesis_internal_use_seed = seed
-            test(*args, **kwargs)
-            assert tally.run > 0
-            assert tally.discarded <= MAX_DISCARD_FRACTION * tally.run, (
-                f"{tally.discarded} of {tally.run} examples set aside (> {MAX_DISCARD_FRACTION:.0%})"
-            )
-
-        return wrapper
-
-    return deco
 
 
 def _pow2(a: np.ndarray) -> int:
@@ -135,7 +98,7 @@ def _verify_range_refusal(inst: Instance, kind: str, of: str, R: float, estimate
     assert val == 0.0 or not -1021 <= math.frexp(val)[1] + k <= 1024, (val, k)
 
 
-def _bound_or_discard(tally: _Tally, inst: Instance, kind: str, R: float, of: str) -> float | None:
+def _bound_or_discard(tally: Tally, inst: Instance, kind: str, R: float, of: str) -> float | None:
     try:
         return float(lipschitz_bound(inst, kind, radius=R, of=of))
     except NumericalError as exc:
@@ -204,7 +167,7 @@ def ball_pairs(draw, d: int, R: float):  # type: ignore[no-untyped-def]
     return W1, W2
 
 
-def _estimate_or_discard(tally: _Tally, inst: Instance, kind: str, R: float, of: str) -> Any:
+def _estimate_or_discard(tally: Tally, inst: Instance, kind: str, R: float, of: str) -> Any:
     try:
         return lipschitz_estimate(inst, kind, radius=R, of=of, samples=6, steps=4, starts=1)
     except NumericalError as exc:
@@ -226,7 +189,7 @@ def _estimate_or_discard(tally: _Tally, inst: Instance, kind: str, R: float, of:
         return None
 
 
-def _map_or_discard(tally: _Tally, inst: Instance, W: np.ndarray, kind: str, of: str) -> np.ndarray | None:
+def _map_or_discard(tally: Tally, inst: Instance, W: np.ndarray, kind: str, of: str) -> np.ndarray | None:
     """The map by attnsvm.attention (the oracle of the pair test), or None where it refuses."""
     try:
         return A.attention(inst, W, kind).reshape(-1) if of == "weights" else A.output(inst, W, kind)
@@ -236,10 +199,10 @@ def _map_or_discard(tally: _Tally, inst: Instance, W: np.ndarray, kind: str, of:
         return None
 
 
-_PAIRS = _Tally()
+_PAIRS = Tally()
 
 
-@_bounded_discards(_PAIRS)
+@bounded_discards(_PAIRS)
 @given(insts, radii, st.sampled_from(KINDS), st.sampled_from(OFS), st.data())
 def test_bound_is_sound_on_sampled_pairs(
     inst: Instance, R: float, kind: str, of: str, data: st.DataObject
@@ -260,10 +223,10 @@ def test_bound_is_sound_on_sampled_pairs(
     assert lhs <= B * float(np.linalg.norm(W1 - W2)) + slack
 
 
-_POINTS = _Tally()
+_POINTS = Tally()
 
 
-@_bounded_discards(_POINTS)
+@bounded_discards(_POINTS)
 # issue 13: uniform-family instance with values ~1e-194 whose output bound was 0.0 (κ² underflowed)
 @example(
     inst=A.Instance([[[1.0], [0.0]]], [1.0], [5.6e-194], [[1.0]]),  # type: ignore[arg-type]
@@ -289,7 +252,7 @@ def test_bound_dominates_jacobian_norm_at_sampled_points(
         assert J <= B * (1 + SVD_ULPS * (inst.n * inst.T + inst.d**2) * EPS)
 
 
-_ESTIMATES = _Tally()
+_ESTIMATES = Tally()
 
 
 def _value_size(inst: Instance) -> float:
@@ -298,7 +261,7 @@ def _value_size(inst: Instance) -> float:
         return float(np.max(np.abs(inst.X @ inst.v)))
 
 
-@_bounded_discards(_ESTIMATES)
+@bounded_discards(_ESTIMATES)
 @costly
 @given(insts, radii, st.sampled_from(KINDS), st.sampled_from(OFS))
 def test_estimate_below_bound(inst: Instance, R: float, kind: str, of: str) -> None:
@@ -320,18 +283,18 @@ def test_estimate_below_bound(inst: Instance, R: float, kind: str, of: str) -> N
     )
 
 
-_HALF = _Tally()
+_HALF = Tally()
 
 
-@_bounded_discards(_HALF)
+@bounded_discards(_HALF)
 @costly
 @given(insts, radii, S.seeds(), st.sampled_from(("softmax", "normalized_linear")))
 def test_attained_weights_constant_at_most_half_linear(
     inst: Instance, R: float, seed: int, kind: str
 ) -> None:
-    """DESIGN.md's theorem ``||diag(s) − ssᵀ||₂ ≤ ½`` (and ``≤ ½`` for ``φ = elu + 1``) on *attained*
-    constants: at the estimate's attaining point and at sampled points of the ball,
-    ``||J_s(W)||₂ ≤ ½ ||𝓛||₂ = ½ · (the exact linear constant)``.
+    """The theorem ``||diag(s) − ssᵀ||₂ ≤ ½`` (and ``≤ ½`` for ``φ = elu + 1``; proofs in
+    attnsvm.lipschitz.lipschitz_bound) on *attained* constants: at the estimate's attaining point and
+    at sampled points of the ball, ``||J_s(W)||₂ ≤ ½ ||𝓛||₂ = ½ · (the exact linear constant)``.
 
     Oracles, both independent of lipschitz.py: the Jacobian of an independent torch implementation
     (``_jac_norm``) and ``||𝓛||₂`` from the SVD of the explicit Kronecker rows (``_logit_norm``). (The
@@ -352,10 +315,10 @@ def test_attained_weights_constant_at_most_half_linear(
     target(worst / Ln if Ln > 0 else 0.0, label="attained / linear")
 
 
-_LINEAR = _Tally()
+_LINEAR = Tally()
 
 
-@_bounded_discards(_LINEAR)
+@bounded_discards(_LINEAR)
 @given(insts, radii)
 def test_linear_weights_constant_is_the_logit_norm(inst: Instance, R: float) -> None:
     """The linear weights map is ``𝓛`` itself: its certified constant is ``||𝓛||₂`` exactly (up to the
@@ -390,10 +353,10 @@ def test_output_ordering_can_fail() -> None:
     assert J > lin * (1 + SVD_ULPS * 8 * EPS)
 
 
-_OWN = _Tally()
+_OWN = Tally()
 
 
-@_bounded_discards(_OWN)
+@bounded_discards(_OWN)
 @example(inst=A.Instance(**_OUTPUT_CE), R=1.0)  # type: ignore[arg-type]
 @given(insts, radii)
 def test_softmax_output_within_its_own_bound(inst: Instance, R: float) -> None:

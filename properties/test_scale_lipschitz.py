@@ -5,10 +5,11 @@ uniform): ``X``, ``z``, ``v`` multiplied exactly by ``2^jx``, ``2^jz``, ``2^jv``
 drawn independently over the whole float64 range and shrinking towards 0, so a failure shrinks to
 the smallest scale that breaks.
 
-Oracle: the equivariance of the maps (DESIGN.md). With ``l_it = x_itᵀ W z_i``, scaling ``X → 2^jx X``,
-``z → 2^jz z`` and ``W → 2^-(jx+jz) W`` keeps every logit, so the weights map's constant on the ball
-``2^-(jx+jz) R`` is ``2^(jx+jz)`` times the constant on the ball ``R`` at scale 1; ``v → 2^jv v``
-scales the values, so the output map's constant gains ``2^(jx+jv)``:
+Oracle: the equivariance of the maps (attnsvm.lipschitz module docstring). With
+``l_it = x_itᵀ W z_i``, scaling ``X → 2^jx X``, ``z → 2^jz z`` and ``W → 2^-(jx+jz) W`` keeps every
+logit, so the weights map's constant on the ball ``2^-(jx+jz) R`` is ``2^(jx+jz)`` times the constant
+on the ball ``R`` at scale 1; ``v → 2^jv v`` scales the values, so the output map's constant gains
+``2^(jx+jv)``:
 
     k_weights = jx + jz,        k_output = 2jx + jz + jv.
 
@@ -28,15 +29,14 @@ at the scaled data) for which both are exact normal doubles; such a ``t`` exists
 References and discards. Where the answer at scale 1 is not representable (uniform draws made only
 of tiny entries), the reference becomes the same data rescaled exactly to largest entries in
 ``[½, 1)`` (with the exponents taken relative to it; an event). An example is set aside
-(``hypothesis.event``, counted, at most ``MAX_DISCARD_FRACTION`` per property, asserted) only when no
-reference is representable, when the radius or point has no representable pair
+(``hypothesis.event``, counted, at most ``_discards.MAX_DISCARD_FRACTION`` = 5 % per property,
+asserted) only when no reference is representable, when the radius or point has no representable pair
 (``|jx + jz| ≳ 2040``), or when the estimate's Jacobian at the reference is below its float64
 rounding level.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _discards import Tally, bounded_discards
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -55,8 +56,6 @@ from attnsvm.lipschitz import jacobian_norm, lipschitz_bound, lipschitz_estimate
 EPS = float(np.finfo(np.float64).eps)
 KINDS = ("softmax", "linear", "normalized_linear")
 OFS = ("weights", "output")
-#: At most this fraction of a property's examples may be set aside (module docstring).
-MAX_DISCARD_FRACTION = 0.05
 #: Message of the scale contract's range error (attnsvm.scaling.range_error).
 RANGE_MESSAGE = "float64's normal range [2.2e-308, 1.8e308]"
 #: A singular value from a backward-stable SVD of an ``m × p`` matrix is within ``~(m + p)·eps``
@@ -82,40 +81,6 @@ def unit_points(d: int) -> st.SearchStrategy[np.ndarray]:
 costly = settings(max_examples=max(20, settings.default.max_examples // 4))
 
 
-class _Tally:
-    """Examples run and set aside by one property run (checked by :func:`_bounded_discards`)."""
-
-    def __init__(self) -> None:
-        self.run = 0
-        self.discarded = 0
-
-    def discard(self, why: str) -> None:
-        event(f"discarded: {why}")
-        self.discarded += 1
-
-
-def _bounded_discards(tally: _Tally) -> Callable[[Any], Any]:
-    """Run a ``@given`` test, then assert that at most ``MAX_DISCARD_FRACTION`` of its examples were
-    set aside (in the same pytest test, so it holds serially and under xdist)."""
-
-    def deco(test: Any) -> Any:
-        @functools.wraps(test)
-        def wrapper(*args: Any, **kwargs: Any) -> None:
-            tally.run = tally.discarded = 0
-            seed = getattr(wrapper, "_hypothesis_internal_use_seed", None)  # a sweep seed, see conftest
-            if seed is not None:
-                test._hypothesis_internal_use_seed = seed
-            test(*args, **kwargs)
-            assert tally.run > 0
-            assert tally.discarded <= MAX_DISCARD_FRACTION * tally.run, (
-                f"{tally.discarded} of {tally.run} examples set aside (> {MAX_DISCARD_FRACTION:.0%})"
-            )
-
-        return wrapper
-
-    return deco
-
-
 def _pow2(a: np.ndarray) -> int:
     m = float(np.max(np.abs(a)))
     return math.frexp(m)[1] if m > 0 else 0
@@ -134,7 +99,7 @@ def _references(si: S.ScaledInstance) -> list[S.ScaledInstance]:
     return [si, S.ScaledInstance(inst, ref, eX, ez, ev)] if exact else [si]
 
 
-def _run(tally: _Tally, si: S.ScaledInstance, check: Callable[[S.ScaledInstance], str | None]) -> None:
+def _run(tally: Tally, si: S.ScaledInstance, check: Callable[[S.ScaledInstance], str | None]) -> None:
     """Run ``check`` against each reference until one is representable; else set the example aside."""
     tally.run += 1
     why = "no reference"
@@ -228,12 +193,12 @@ def _jac_floor(inst: Instance, of: str) -> float:
 
 
 # ----------------------------------------------------------------------------- the bound
-_BOUND = _Tally()
+_BOUND = Tally()
 
 
 @pytest.mark.parametrize("of", OFS)
 @pytest.mark.parametrize("kind", KINDS)
-@_bounded_discards(_BOUND)
+@bounded_discards(_BOUND)
 @given(si=sweeps, r=radii)
 def test_bound_scale_sweep(kind: str, of: str, si: S.ScaledInstance, r: float) -> None:
     """``lipschitz_bound`` at ``(2^jx X, 2^jz z, 2^jv v)`` on the ball ``2^-(jx+jz) R`` is ``2^k`` times the
@@ -269,13 +234,13 @@ def _check_bound(kind: str, of: str, si: S.ScaledInstance, r: float) -> str | No
 
 
 # ----------------------------------------------------------------------------- the estimate
-_EST = _Tally()
+_EST = Tally()
 
 
 @pytest.mark.parametrize(
     ("kind", "of"), [("softmax", "weights"), ("normalized_linear", "output"), ("linear", "output")]
 )
-@_bounded_discards(_EST)
+@bounded_discards(_EST)
 @costly
 @given(si=sweeps, r=radii)
 def test_estimate_scale_sweep(kind: str, of: str, si: S.ScaledInstance, r: float) -> None:
@@ -320,12 +285,12 @@ def _check_estimate(kind: str, of: str, si: S.ScaledInstance, r: float) -> str |
 
 
 # ----------------------------------------------------------------------------- the Jacobian norm
-_JAC = _Tally()
+_JAC = Tally()
 
 
 @pytest.mark.parametrize("of", OFS)
 @pytest.mark.parametrize("kind", KINDS)
-@_bounded_discards(_JAC)
+@bounded_discards(_JAC)
 @given(si=sweeps, data=st.data())
 def test_jacobian_norm_scale_sweep(kind: str, of: str, si: S.ScaledInstance, data: st.DataObject) -> None:
     """``jacobian_norm`` at the scaled data and ``2^-(jx+jz)`` times a point is ``2^k`` times the scale-1
@@ -366,10 +331,10 @@ def _check_jacobian(kind: str, of: str, si: S.ScaledInstance, Wu: np.ndarray) ->
 
 
 # ----------------------------------------------------------------------------- the logit norm
-_LOGIT = _Tally()
+_LOGIT = Tally()
 
 
-@_bounded_discards(_LOGIT)
+@bounded_discards(_LOGIT)
 @given(si=sweeps)
 def test_logit_norm_scale_sweep(si: S.ScaledInstance) -> None:
     """``||𝓛||₂`` is bilinear in ``(X, z)``: ``2^(jx+jz)`` times its scale-1 value, or the named range error.

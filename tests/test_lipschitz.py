@@ -18,6 +18,7 @@ What is shown:
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -89,7 +90,7 @@ def project(W: np.ndarray, R: float) -> np.ndarray:
 @pytest.mark.parametrize("family", ["gaussian", "unit", "self_attention"])
 def test_logit_gram_equals_explicit_kronecker_rows(family: str) -> None:
     inst = A.random_instance(3, 4, 5, seed=11, family=family)
-    # Explicit rows: l_it = (z_i ⊗ x_it)ᵀ vec(W), column-major vec (DESIGN.md).
+    # Explicit rows: l_it = (z_i ⊗ x_it)ᵀ vec(W), column-major vec (attnsvm.lipschitz module docstring).
     rows = np.array([np.kron(inst.z[i], inst.X[i, t]) for i in range(inst.n) for t in range(inst.T)])
     W = np.random.default_rng(0).standard_normal((inst.d, inst.d))
     np.testing.assert_allclose(rows @ A.vec(W), A.logits(inst, W).ravel(), rtol=0, atol=64 * EPS * 100)
@@ -605,28 +606,52 @@ def test_compare_lipschitz_row_keys() -> None:
 def test_compare_lipschitz_gap_infinite_where_only_the_estimate_is_zero() -> None:
     """Every token equal: the softmax and normalized-linear Jacobians are identically 0 (``D_i 1 = 0``),
     so their estimates are exactly 0 while their certified bounds are positive (by hand: the softmax
-    max-weight bound is ``1/T``, so the bound is ``||𝓛||₂/3 = √6/3``); the gap reads ``inf`` and the
-    estimate ratio softmax/normalized_linear is 0/0 = nan, softmax/linear is 0."""
+    max-weight bound is ``1/T``, so the bound is ``||𝓛||₂/3 = √6/3``); the gap reads ``inf`` (x/0, the
+    documented convention), the estimate ratio softmax/normalized_linear is 0/0 = 1 (both constants 0:
+    equal) and softmax/linear is 0/y = 0. Oracle: the exact structure (``D_i 1 = 0``) and the hand value."""
     same = A.Instance(np.ones((1, 3, 2)), [1.0], [1.0, 2.0], [[1.0, 0.0]])
     (row,) = compare_lipschitz([same], [1.0], samples=2, steps=1)
     assert row["estimate_softmax"] == 0.0 and row["estimate_normalized_linear"] == 0.0
     assert row["bound_softmax"] == pytest.approx(math.sqrt(6.0) / 3.0, rel=1e-12)
     assert row["gap_softmax"] == math.inf and row["gap_normalized_linear"] == math.inf
     assert row["estimate_ratio_softmax/linear"] == 0.0
-    assert math.isnan(row["estimate_ratio_softmax/normalized_linear"])
+    assert row["estimate_ratio_softmax/normalized_linear"] == 1.0
+    assert not any(isinstance(v, float) and math.isnan(v) for v in row.values())
 
 
-def test_compare_lipschitz_ratios_undefined_where_everything_is_zero() -> None:
-    """``z = 0``: every logit is 0 for every ``W``, so every constant, bound and estimate is exactly 0
-    and each gap and ratio is 0/0: nan (never inf, never a ZeroDivisionError)."""
+def test_compare_lipschitz_gaps_and_ratios_are_one_where_everything_is_zero() -> None:
+    """``z = 0``: every logit is 0 for every ``W``, so every constant is exactly 0 (exact certificate:
+    each map is constant in ``W``); every bound and estimate must be exactly 0, and each gap and ratio
+    is the documented 0/0 = 1 (the bound is exact; the kinds are equally stable): never NaN, never
+    inf, never a ZeroDivisionError."""
     zz = A.Instance(np.arange(6.0).reshape(1, 3, 2), [1.0], [1.0, 2.0], [[0.0, 0.0]])
-    (row,) = compare_lipschitz([zz], [1.0], samples=2, steps=1)
-    for kind in KINDS:
-        assert row[f"bound_{kind}"] == 0.0 and row[f"estimate_{kind}"] == 0.0
-        assert math.isnan(row[f"gap_{kind}"])
-    for other in ("linear", "normalized_linear"):
-        assert math.isnan(row[f"bound_ratio_softmax/{other}"])
-        assert math.isnan(row[f"estimate_ratio_softmax/{other}"])
+    for of in OFS:
+        (row,) = compare_lipschitz([zz], [1.0], of=of, samples=2, steps=1)
+        for kind in KINDS:
+            assert row[f"bound_{kind}"] == 0.0 and row[f"estimate_{kind}"] == 0.0
+            assert row[f"gap_{kind}"] == 1.0
+        for other in ("linear", "normalized_linear"):
+            assert row[f"bound_ratio_softmax/{other}"] == 1.0
+            assert row[f"estimate_ratio_softmax/{other}"] == 1.0
+
+
+def test_compare_lipschitz_ratio_helper_conventions_and_range() -> None:
+    """The ratio helper behind every gap and ratio of a row (unit test of the convention, with the
+    exact IEEE quotient as oracle): 0/0 = 1, x/0 = inf, 0/y = 0, x/y correctly rounded; a quotient of
+    positive numbers beyond float64's normal range (which compare_lipschitz cannot reach from real
+    bounds and estimates today) raises the scale contract's error instead of inf or a subnormal."""
+    from attnsvm.lipschitz import _ratio
+
+    assert _ratio(0.0, 0.0, "r") == 1.0
+    assert _ratio(2.0, 0.0, "r") == math.inf
+    assert _ratio(0.0, 3.0, "r") == 0.0
+    assert _ratio(1.0, 3.0, "r") == 1.0 / 3.0
+    with pytest.raises(
+        NumericalError, match="the gap is about 1e\\+600: it overflows " + re.escape(RANGE_TEXT)
+    ):
+        _ratio(1e300, 1e-300, "the gap")
+    with pytest.raises(NumericalError, match="the gap is about 1e-310: it underflows"):
+        _ratio(1e-10, 1e300, "the gap")
 
 
 def test_compare_lipschitz_passes_the_search_settings_and_defaults() -> None:

@@ -230,6 +230,113 @@ def test_estimate_and_jacobian_norm_equivariant_at_extreme_scales(kind: str, of:
     assert jacobian_norm(inst, e1.W, kind, of) == e1.value
 
 
+#: mpmath digits of the closed-form oracle below (50 ≫ float64's 16: its own error is negligible).
+ORACLE_DPS = 50
+
+
+def _mp_uniform_jacobian_norm(inst: A.Instance, kind: str, of: str) -> float:
+    """``||J(0)||₂`` in ``ORACLE_DPS``-digit mpmath, from the data alone (not attnsvm's code).
+
+    At ``W = 0`` every logit is 0 and every kind but ``linear`` has uniform weights ``1/T`` with
+    ``∂s/∂l = I/T − 11ᵀ/T²`` (softmax; for ``φ = elu + 1``, ``φ(0) = φ'(0) = 1`` gives the same), so
+    ``J(0) = blockdiag_i(I/T − 11ᵀ/T²) 𝓛`` for the weights and rows ``Σ_t (a_it − ā_i)/T · 𝓛_it`` for the
+    output (``𝓛_it = z_i ⊗ x_it``, ``a_it = vᵀx_it``); ``linear`` has ``J = 𝓛`` and rows ``Σ_t a_it 𝓛_it``.
+    """
+    n, T, d = inst.shape
+    with mpmath.workdps(ORACLE_DPS):
+        mpf = mpmath.mpf
+        rows = []
+        for i in range(n):
+            z = [mpf(float(c)) for c in inst.z[i]]
+            L = [[mpf(float(inst.X[i, t, k])) * z[j] for k in range(d) for j in range(d)] for t in range(T)]
+            a = [
+                mpmath.fsum(mpf(float(inst.X[i, t, k])) * mpf(float(inst.v[k])) for k in range(d))
+                for t in range(T)
+            ]
+            if of == "weights":
+                if kind == "linear":
+                    rows += L
+                else:
+                    rows += [
+                        [L[t][c] / T - mpmath.fsum(L[u][c] for u in range(T)) / T**2 for c in range(d * d)]
+                        for t in range(T)
+                    ]
+            else:
+                w = a if kind == "linear" else [(a[t] - mpmath.fsum(a) / T) / T for t in range(T)]
+                rows.append([mpmath.fsum(w[t] * L[t][c] for t in range(T)) for c in range(d * d)])
+        J = mpmath.matrix(rows)
+        ev = mpmath.eigsy(J * J.T, eigvals_only=True)
+        return float(mpmath.sqrt(max(ev)))
+
+
+@pytest.mark.parametrize("j", [-600, -1000])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("of", OFS)
+def test_self_attention_tiny_first_token_estimate_closed_form(j: int, kind: str, of: str) -> None:
+    """Regression (over-refusal): self-attention (``z_i = x_i0``) with tokens of size ~1 and the first
+    token scaled by ``2^j``. The estimate and ``jacobian_norm`` refused ("the largest entry of the logit
+    Gram matrix ... underflows") although the constant (~1e-182 at ``j = −600``, ~1e-302 at
+    ``j = −1000``) is a normal double: the rescaling gave ``z = x_i0`` the exponent of ``X``, so the
+    rescaled Gram ``||z̃||²||x̃||²`` underflowed. Oracle: on the unit ball every logit is at most
+    ``~2^j`` in size, so ``J(W) = J(0)·(1 + O(2^j))`` and the constant is ``||J(0)||₂`` to far below
+    rounding: a 50-digit mpmath closed form (``_mp_uniform_jacobian_norm``). The estimate attains it
+    (``W = 0`` is one of its candidates) to the SVD's rounding, and the bound is above it."""
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((2, 3, 2))
+    X[:, 0, :] = np.ldexp(X[:, 0, :], j)
+    inst = A.Instance(X, np.ones(2), np.array([1.0, -0.5]))
+    assert inst.self_attention
+    truth = _mp_uniform_jacobian_norm(inst, kind, of)
+    assert TINY < truth < 1e-180
+    e = lipschitz_estimate(inst, kind, radius=1.0, of=of, **FAST)
+    assert abs(e.value - truth) <= svd_rtol(inst) * truth
+    assert float(np.linalg.norm(e.W)) <= 1.0
+    assert abs(jacobian_norm(inst, np.zeros((2, 2)), kind, of) - truth) <= svd_rtol(inst) * truth
+    assert lipschitz_bound(inst, kind, radius=1.0, of=of).value >= truth * (1 - svd_rtol(inst))
+
+
+def test_estimate_refuses_by_name_when_sequence_scales_span_beyond_2_970() -> None:
+    """The remaining limit of the estimate, named: sequence 0 of size 1 (``z_0`` the largest query),
+    sequence 1 with tokens ``2^1000`` and a first token (its query) ``2^-1000``. No common power-of-two
+    rescaling of ``X`` and ``z`` brings both products ``||z_i||·||x_it||`` to O(1): on the rescaled data
+    the Jacobian is ~2^-1000, where its entries lose digits to gradual underflow, so the estimate and
+    ``jacobian_norm`` raise NumericalError naming the subnormal band rather than returning a number
+    with lost digits. Oracle: an independent torch Jacobian on the raw data (representable there) shows
+    the true value is O(1); the certified bound, carried in exponent pairs, still answers and is above it."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((2, 3, 2))
+    X[1] = np.ldexp(X[1], 1000)
+    X[1, 0] = np.ldexp(X[1, 0], -2000)
+    inst = A.Instance(X, np.ones(2), np.array([1.0, -0.5]))
+    truth = torch_jac_norm(inst, "softmax", "weights", np.zeros((2, 2)))
+    assert 0.1 < truth < 10.0
+    for call in (
+        lambda: jacobian_norm(inst, np.zeros((2, 2)), "softmax"),
+        lambda: lipschitz_estimate(inst, "softmax", radius=1.0, **FAST),
+    ):
+        with pytest.raises(NumericalError, match="within 2\\^52 of float64's subnormal band"):
+            call()
+    assert lipschitz_bound(inst, "softmax", radius=1.0).value >= truth * (1 - svd_rtol(inst))
+
+
+@pytest.mark.parametrize("R", [1.5e308, float(np.finfo(np.float64).max)])
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+@pytest.mark.parametrize("of", OFS)
+def test_bound_at_radius_near_float_max_no_overflow_warning(R: float, kind: str, of: str) -> None:
+    """Regression (found by the ci scale sweep, ``jx = 1021``, reference radius ~1.1e307): a radius near
+    1.8e308 made the max-weight bound's rounding allowance ``1 + |R·c| + |q|`` overflow in numpy (a
+    RuntimeWarning, an error under this project's warning filter). The overflowing allowance only makes
+    the cap ``p_i ≤ 1`` bind, so the answer is the radius-free bound. Oracles: monotonicity in ``R``
+    with the radius-free cap (the bound at ``R = 1e300`` already has ``p_i = 1`` in float64, and no
+    larger ball can lower it or push it past the cap: equal), and soundness against the independent
+    torch Jacobian at ``W = 0`` and at a saturating point of the ball."""
+    inst = A.random_instance(2, 2, 2, seed=0)
+    b = lipschitz_bound(inst, kind, radius=R, of=of).value
+    assert b == lipschitz_bound(inst, kind, radius=1e300, of=of).value
+    for W in (np.zeros((2, 2)), np.full((2, 2), 1e3)):
+        assert torch_jac_norm(inst, kind, of, W) <= b
+
+
 def test_estimate_and_jacobian_norm_raise_named_range_error() -> None:
     """Where the constant is beyond float64 (weights map of data 2^600 × 2^600: ~2^1200) the estimate
     and the Jacobian norm raise the contract's error; where the attaining point ``W`` would underflow
