@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
+import mpmath
 import numpy as np
 import pytest
 
@@ -12,6 +14,24 @@ from attnsvm.errors import InvalidInstanceError, NumericalError
 
 #: products of O(1) entries summed over ≤ 64 terms: absolute error ≤ 64·eps·Σ|terms| ≈ 1e-13.
 SUM_ATOL = 1e-12
+#: float64 unit roundoff ×2 (machine epsilon), the factor of svm_margins' documented error bound.
+EPS = float(np.finfo(np.float64).eps)
+#: The tail every scale-contract refusal message ends its size clause with (scaling.range_error).
+RANGE_TAIL = "float64's normal range [2.2e-308, 1.8e308]"
+#: The remedy svm_rows / svm_gram / the row check give when data are too small.
+SCALE_UP = "Scale X or z up (the Att-SVM solution scales as W_mm(cX, cz) = W_mm(X, z)/c²)"
+
+
+def _decimal_exponent(value: Fraction) -> int:
+    """round(log10 |value|) of an exact rational, at 50 digits (mpmath): the k of a message's "1e{k:+}"."""
+    with mpmath.workdps(50):
+        return int(mpmath.nint(mpmath.log10(abs(mpmath.mpf(value.numerator) / value.denominator))))
+
+
+def _one_sequence(X: list[list[float]], z: list[float]) -> A.Instance:
+    """n = 1 instance with tokens X (T × d), query z, label 1 and value vector of ones."""
+    Xa = np.array([X], dtype=np.float64)
+    return A.Instance(Xa, np.array([1.0]), np.ones(Xa.shape[2]), np.array([z], dtype=np.float64))
 
 
 def test_vec_is_column_major():
@@ -132,3 +152,108 @@ def test_gram_underflow_message_names_the_first_small_diagonal_entry():
         "float64's normal range [2.2e-308, 1.8e308]. Scale X or z up (the Att-SVM solution scales as "
         "W_mm(cX, cz) = W_mm(X, z)/c²)"
     )
+
+
+# --- Behaviour at the edges of the float64 range (hand-derived instances, exact oracles) ---------------
+
+#: x = 1.875·2^1023 ≈ 1.69e308 and −x: the token difference 2x = 15·2^1021 ≈ 3.37e308 is not a double.
+_BIG = 1.875 * 2.0**1023
+
+
+@pytest.mark.parametrize("fn", ["svm_constraints", "svm_rows", "svm_gram", "svm_margins"])
+def test_token_difference_overflow_is_refused_with_its_size(fn):
+    """x_iα = 1.875·2^1023, x_it = −1.875·2^1023 (n = d = 1, T = 2): Δ = 15·2^1021 ≈ 3.37e308 overflows.
+    Oracle: the exact integer 15·2^1021, whose log10 (mpmath, 50 digits) rounds to 309 — every function
+    built on the constraints refuses with that size, even when the caller's error state raises on every
+    floating-point exception (no FloatingPointError leaks out of the library)."""
+    inst = _one_sequence([[_BIG], [-_BIG]], [1.0])
+    exp = _decimal_exponent(Fraction(15 * 2**1021))
+    assert exp == 309
+    call = {
+        "svm_constraints": lambda: A.svm_constraints(inst, [0]),
+        "svm_rows": lambda: A.svm_rows(inst, [0]),
+        "svm_gram": lambda: A.svm_gram(inst, [0]),
+        "svm_margins": lambda: A.svm_margins(inst, np.eye(1), [0]),
+    }[fn]
+    with np.errstate(all="raise"), pytest.raises(NumericalError) as info:
+        call()
+    assert str(info.value) == (
+        f"a token difference x_iα − x_it is about 1e+{exp}: it overflows {RANGE_TAIL}. Scale X down "
+        "(the Att-SVM solution scales as W_mm(cX, cz) = W_mm(X, z)/c²)"
+    )
+
+
+def test_margin_overflow_message_names_the_overflowing_row():
+    """Δ_1 = 1, Δ_2 = 2^1000, W = 2^100, z = 1 (d = 1, hand-derived): margins 2^100 (finite) and 2^1100
+    (not a double). The refusal names the second row's size, round(1100·log10 2) = 331 (mpmath), not the
+    first's, under a caller error state that raises on every floating-point exception."""
+    inst = _one_sequence([[0.0], [-1.0], [-(2.0**1000)]], [1.0])
+    exp = _decimal_exponent(Fraction(2**1100))
+    assert exp == 331
+    with np.errstate(all="raise"), pytest.raises(NumericalError) as info:
+        A.svm_margins(inst, np.array([[2.0**100]]), [0])
+    assert (
+        str(info.value)
+        == f"the Att-SVM margins (x_iα − x_it)ᵀ W z_i is about 1e+{exp}: it overflows {RANGE_TAIL}"
+    )
+
+
+def test_margin_just_below_the_normal_range_is_returned_to_its_documented_accuracy():
+    """Δ = (0.7, 0.3), W = I, z = (0.6, −0.9)·2^-1021 (d = 2): the margin 0.15·2^-1021 ≈ 3.3e-309 is
+    below the normal range, and terms of size 2^-1021 make its last bits fall off the subnormal grid.
+    Oracle: exact rational arithmetic (Fraction) of Σ_kj Δ_k W_kj z_j; the value must come back within the
+    documented absolute error d²·eps·Σ|Δ_k W_kj z_j| (≈ 5.5·2^-1074 here, which covers the subnormal
+    rounding of ≤ 2^-1075), and no FloatingPointError may escape a caller's raising error state."""
+    X = [[0.7, 0.3], [0.0, 0.0]]
+    z = [0.6 * 2.0**-1021, -0.9 * 2.0**-1021]
+    inst = _one_sequence(X, z)
+    W = np.eye(2)
+    terms = [Fraction(X[0][k]) * Fraction(W[k, j]) * Fraction(z[j]) for k in range(2) for j in range(2)]
+    exact = sum(terms, Fraction(0))
+    tol = Fraction(4) * Fraction(EPS) * sum(abs(t) for t in terms)  # d² = 4
+    with np.errstate(all="raise"):
+        out = A.svm_margins(inst, W, [0])
+    assert out.shape == (1,)
+    assert 0.0 < out[0] < 2.0**-1022
+    assert abs(Fraction(out[0]) - exact) <= tol
+
+
+def test_row_norm_below_the_normal_range_is_refused_with_its_size():
+    """n = 1, T = 3, d = 1, z = 2^-511, Δ_1 = 0.875·2^-511, Δ_2 = 1.5 (hand-derived): row 1's only entry,
+    and so its norm, is 7·2^-1025 ≈ 1.9e-308 < 2.2e-308 (the entry is an exact subnormal) while row 2
+    (1.5·2^-511) is fine. Oracle: round(log10(7·2^-1025)) = −308 (mpmath). The refusal names that row,
+    measured by the row's own norm ||z_i||·||Δ_it||: a norm pooled over the rows' power-of-two rescaled
+    factors (||(0.875, 0.75)|| ≈ 1.15 in place of 0.875, giving ≈ 1.15·2^-1022) would let it through."""
+    inst = _one_sequence([[0.0], [-0.875 * 2.0**-511], [-1.5]], [2.0**-511])
+    exp = _decimal_exponent(Fraction(7, 2**1025))
+    assert exp == -308
+    with np.errstate(all="raise"), pytest.raises(NumericalError) as info:
+        A.svm_rows(inst, [0])
+    assert str(info.value) == (
+        f"the norm ||z_i||·||x_iα − x_it|| of an Att-SVM row is about 1e{exp}: it underflows {RANGE_TAIL}. "
+        + SCALE_UP
+    )
+
+
+def test_row_norm_at_the_smallest_normal_is_returned_exactly():
+    """z = 2^-511, Δ = 2^-511 (d = 1, hand-derived): the row z ⊗ Δ = 2^-1022 is the smallest normal double,
+    inside the documented range [2.2e-308, 1.8e308], and comes back exactly."""
+    inst = _one_sequence([[2.0**-511], [0.0]], [2.0**-511])
+    np.testing.assert_array_equal(A.svm_rows(inst, [0]), [[2.0**-1022]])
+
+
+def test_rows_with_finite_entries_but_overflowing_norm_leak_no_floating_point_error():
+    """z = (2^511, 2^511), Δ = (0.75·2^513, 0.75·2^513) (d = 2, hand-derived): every entry z_j Δ_k is
+    0.75·2^1024 ≈ 1.35e308 (a double) while the row norm 1.5·2^1024 is not. Under a caller error state
+    that raises on every floating-point exception the library either returns the exact Kronecker row
+    (oracle: the exact product 3·2^1022 in every entry) or refuses with its NumericalError — never a
+    FloatingPointError."""
+    a, b = 2.0**511, 0.75 * 2.0**513
+    inst = _one_sequence([[b, b], [0.0, 0.0]], [a, a])
+    try:
+        with np.errstate(all="raise"):
+            rows = A.svm_rows(inst, [0])
+    except NumericalError as err:
+        assert "Att-SVM row" in str(err)
+    else:
+        assert [Fraction(r) for r in rows.ravel()] == [Fraction(3 * 2**1022)] * 4
