@@ -190,8 +190,44 @@ def cmd_svm(args: argparse.Namespace) -> int:
     elif rep is not None:
         doc["locally_optimal"] = bool(rep.locally_optimal)
         doc["local_optimality"] = rep.reason
-    _write_json(doc, args.out)
+    _emit(doc, args, _svm_summary)
     return EXIT_OK
+
+
+def _emit(doc: dict[str, Any], args: argparse.Namespace, summary: Any) -> None:
+    """``--json``: the document on stdout; ``--out FILE``: the document in FILE; a human summary on
+    stdout unless ``--json``."""
+    if args.out is not None and args.out != "-":
+        _write_json(doc, args.out)
+    if args.json or args.out == "-":
+        _write_json(doc, None)
+    else:
+        print(summary(doc))
+        if args.out is None:
+            print("(the full result, W included: --json, or --out FILE)")
+
+
+def _svm_summary(doc: dict[str, Any]) -> str:
+    """The ``svm`` result for a person: what was solved, the norm of ``W``, the certificate."""
+    sh, kkt = doc["shape"], doc["kkt"] or {}
+    worst = max((v for v in kkt.values() if isinstance(v, (int, float))), default=None)
+    lines = [
+        f"Att-SVM ({'Frobenius' if doc['norm'] == 'fro' else 'nuclear'} norm, method {doc['method_used']}) "
+        f"on n={sh['n']} sequences, T={sh['T']} tokens, d={sh['d']}",
+        f"  selected tokens alpha: {doc['alpha']}",
+        f"  ||W||_F = {doc['norm_fro']:.6g}   ||W||_* = {doc['norm_nuc']:.6g}",
+        f"  support: {len(doc['support'])} active constraints",
+        "  certified: "
+        + ("yes" if doc["certified"] else "NO")
+        + (f" (largest KKT residual {worst:.3g}" if worst is not None else " (")
+        + f", error bound {doc['error_bound']:.3g})",
+    ]
+    if "locally_optimal" in doc:
+        lo = doc["locally_optimal"]
+        verdict = "undecided" if lo is None else ("yes" if lo else "no")
+        lines.append(f"  locally optimal: {verdict} ({doc['local_optimality']})")
+    lines.append(f"  time: {doc['time_s']:.3g} s")
+    return "\n".join(lines)
 
 
 def _as_dict(obj: Any) -> Any:
@@ -213,8 +249,17 @@ def _as_dict(obj: Any) -> Any:
 
 # -------------------------------------------------------------------------------- gd
 def cmd_gd(args: argparse.Namespace) -> int:
-    """Run GD on the data in a .npz file."""
-    inst, _ = load_instance(args.data)
+    """Run GD on the data in a .npz file.
+
+    ``alpha`` (the npz's array or ``--alpha``) is validated as in ``svm`` and, with ``--svm``, names the
+    tokens whose Att-SVM solution the final direction is compared with (default: the final tokens).
+    """
+    inst, alpha = load_instance(args.data)
+    a_cli = _parse_alpha(args.alpha)
+    if a_cli is not None:
+        alpha = a_cli
+    if alpha is not None:
+        alpha = inst.check_alpha(alpha)
     from .gd import run_gd
 
     t0 = time.perf_counter()
@@ -249,17 +294,44 @@ def cmd_gd(args: argparse.Namespace) -> int:
         from .gd import direction_corr, direction_gap
         from .svm import solve_svm
 
+        target = traj.final_tokens if alpha is None else alpha
+        key = "svm_final_tokens" if alpha is None else "svm_alpha"
         try:
-            ref = solve_svm(inst, alpha=traj.final_tokens).W
-            doc["svm_final_tokens"] = {
+            ref = solve_svm(inst, alpha=target).W
+            doc[key] = {
+                "alpha": np.asarray(target).tolist(),
                 "corr": direction_corr(W, ref),
                 "gap": direction_gap(W, ref),
                 "W_mm": np.asarray(ref).tolist(),
             }
         except AttnSVMError as exc:
-            doc["svm_final_tokens"] = {"error": str(exc)}
-    _write_json(doc, args.out)
+            doc[key] = {"alpha": np.asarray(target).tolist(), "error": " ".join(str(exc).split())}
+    _emit(doc, args, _gd_summary)
     return EXIT_OK
+
+
+def _gd_summary(doc: dict[str, Any]) -> str:
+    """The ``gd`` result for a person: the run, where it stopped, and the direction's agreement."""
+    sh = doc["shape"]
+    kind = "normalized GD" if doc["normalized"] else "plain GD"
+    last = doc["record"][-1] if doc["record"] else None
+    lines = [
+        f"{kind} ({doc['loss']} loss, lr {doc['lr']:g}) on n={sh['n']} sequences, T={sh['T']} tokens, "
+        f"d={sh['d']}: {doc['steps_run']} of {doc['steps']} steps ({doc['stop_reason']})",
+        f"  ||W||_F = {doc['norm_fro']:.6g}" + (f"   risk = {last['risk']:.6g}" if last else ""),
+        f"  final tokens: {doc['final_tokens']}   saturated: {'yes' if doc['saturated'] else 'no'}",
+    ]
+    for key, what in (("svm_final_tokens", "the final tokens"), ("svm_alpha", "alpha")):
+        if key in doc:
+            r = doc[key]
+            if "error" in r:
+                lines.append(f"  W_mm({what} = {r['alpha']}): not available ({r['error']})")
+            else:
+                lines.append(
+                    f"  direction against W_mm({what} = {r['alpha']}): corr {r['corr']:.9f}, gap {r['gap']:.3g}"
+                )
+    lines.append(f"  time: {doc['time_s']:.3g} s")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------- reproduce
@@ -269,6 +341,35 @@ def _configure_threads() -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+#: Width of the summary table when stdout is not a terminal (wide enough for every family's row).
+REPORT_TABLE_WIDTH = 160
+#: The file a finished report always holds; a folder with it holds another run's report.
+RESULTS_FILE = "results.json"
+
+
+def _prepare_out_dir(out_dir: Path, *, force: bool) -> None:
+    """Refuse to mix a new run into a folder holding other files; with ``force``, clear a folder that
+    holds an earlier report (and nothing that is not a file)."""
+    if not out_dir.exists() or not out_dir.is_dir():
+        return
+    entries = sorted(out_dir.iterdir())
+    if not entries:
+        return
+    names = ", ".join(e.name for e in entries[:3]) + (", ..." if len(entries) > 3 else "")
+    if not force:
+        raise InputError(
+            f"--out {out_dir} already holds {len(entries)} files ({names}); a new report would mix with them: "
+            "choose an empty or new folder, or pass --force to clear an earlier report there"
+        )
+    if not (out_dir / RESULTS_FILE).is_file() or any(not e.is_file() for e in entries):
+        raise InputError(
+            f"--out {out_dir} does not look like an attnsvm report folder (no {RESULTS_FILE}, or it holds "
+            "folders); --force clears only earlier reports: choose an empty or new folder"
+        )
+    for e in entries:
+        e.unlink()
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -298,7 +399,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             raise InputError(
                 f"--only: unknown family {unknown[0]!r}; known: {', '.join(sorted(E.FAMILY_REGISTRY))}"
             )
-    out_dir = Path(args.out)
+    out_dir = Path(args.out).resolve()
+    _prepare_out_dir(out_dir, force=args.force)
     try:  # fail now, not after minutes of computing
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / ".attnsvm-write-test"
@@ -337,9 +439,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     }
     write_report(results, args.out, settings)
 
-    table = Table(title=f"attnsvm reproduce ({args.size}, {elapsed:.0f} s) → {args.out}")
+    table = Table(title=f"attnsvm reproduce ({args.size}, {elapsed:.0f} s) → {out_dir}")
     for col in ("family", "status", "checks", "findings", "time (s)"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
     for row in summary_rows(results):
         style = {"FAIL": "bold red", "pass": "green"}.get(row["status"], "dim")
         table.add_row(
@@ -349,10 +451,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             row["findings"],
             f"{row['time_s']:.1f}",
         )
-    out = Console()
+    # Not a terminal (a pipe, a log file): no width to fit, so never wrap a cell mid-word.
+    out = Console() if sys.stdout.isatty() else Console(width=REPORT_TABLE_WIDTH, soft_wrap=True)
     if not args.quiet:
         out.print(table)
-        out.print(f"report: {out_dir / 'report.html'} (and report.md, results.json, PNG and CSV files)")
+    print(f"report: {out_dir / 'report.html'} (and report.md, results.json, PNG and CSV files)")
     failed = failed_claims(results)
     for fam, c in failed:
         print(f"FAILED {fam}/{c.name}: {c.statement} — {c.message}", file=sys.stderr)
@@ -367,7 +470,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 CHECK_FD_RTOL = 1e-7
 #: Softmax rows sum to 1 up to T roundings of numbers ≤ 1.
 CHECK_SUM_ATOL = 64 * float(np.finfo(np.float64).eps)
-#: Solutions are certified to ~1e-9 relative (DESIGN.md); margins are checked to 1e-8.
+#: Solutions are certified to ~1e-9 relative (``svm.CERTIFY_RTOL``); margins are checked to 1e-8.
 CHECK_MARGIN_TOL = 1e-8
 #: Hypothesis examples per property in ``attnsvm check``.
 CHECK_EXAMPLES = 15
@@ -514,7 +617,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- bench
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run the benchmarks side by side."""
+    """Run the benchmarks side by side; exit 1 when a measured target (:data:`attnsvm.bench.TARGETS`) is
+    missed (each is measured only at its own size, so ``--quick`` checks none)."""
     from .bench import run_benchmarks
 
     t0 = time.perf_counter()
@@ -522,7 +626,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     doc["elapsed_s"] = time.perf_counter() - t0
     if args.json:
         _write_json(doc, args.json)
-    return EXIT_OK
+    missed = [t for t in doc["targets"] if not t["met"]]
+    for t in missed:
+        print(
+            f"attnsvm bench: missed target: {t['what']} {t['target']} (measured {t['value']:.3g})",
+            file=sys.stderr,
+        )
+    return EXIT_FAILED if missed else EXIT_OK
 
 
 # ------------------------------------------------------------------------------ main
@@ -544,6 +654,38 @@ def _positive_int(text: str) -> int:
     if val < 1:
         raise argparse.ArgumentTypeError(f"must be an integer ≥ 1; got {text!r}")
     return val
+
+
+#: What ``svm`` and ``gd`` read from a ``.npz`` file (numpy.savez(path, X=X, Y=Y, v=v, ...)).
+NPZ_HELP = """\
+DATA.npz holds (numpy.savez(path, X=X, Y=Y, v=v[, z=z, alpha=alpha])):
+  X      (n, T, d)  float   tokens x_it of n sequences of T tokens
+  Y      (n,)       ±1      labels
+  v      (d,)       float   the fixed head: token score Y_i·vᵀx_it
+  z      (n, d)     float   optional queries z_i (default: self-attention, z_i = x_i1)
+  alpha  (n,)       int     optional selected token per sequence (0-based)
+Any finite magnitudes: the solution is computed on exactly rescaled data, and a result outside the
+double range is refused with a one-line error (exit 2)."""
+
+#: ``gd``'s defaults: the step size of the report's normalized-GD convergence family (η = 0.1), and
+#: enough steps for its direction to settle on small instances; both are options.
+GD_DEFAULT_STEPS = 1000
+GD_DEFAULT_LR = 0.1
+
+
+def _join_negative_option_values(argv: list[str]) -> list[str]:
+    """``--alpha -1,0,0`` → ``--alpha=-1,0,0``: argparse takes a value that starts with ``-`` (and is not a
+    plain negative number) for an option, so a negative index would never reach the range check."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--alpha" and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1] != "-":
+            out.append(f"--alpha={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 class _Parser(argparse.ArgumentParser):
@@ -585,10 +727,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated families to run (default: all): " + ", ".join(sorted(FAMILY_REGISTRY)),
     )
     r.add_argument("--quiet", action="store_true", help="no progress bars or summary table")
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="clear an earlier report in --out first (default: refuse a folder that is not empty)",
+    )
     r.set_defaults(func=cmd_reproduce)
 
     c = sub.add_parser("check", help="fast self-check of the installed package (exit 0/1)")
-    c.add_argument("--quiet", action="store_true")
+    c.add_argument("--quiet", action="store_true", help="print nothing; the exit status tells")
     c.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # for the test suite
     c.set_defaults(func=cmd_check)
 
@@ -599,24 +746,77 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # for the test suite
     b.set_defaults(func=cmd_bench)
 
-    s = sub.add_parser("svm", help="solve Att-SVM(α) for X, Y, v[, z, alpha] in a .npz file")
-    s.add_argument("data", metavar="DATA.npz")
-    s.add_argument(
-        "--alpha", default=None, help="token indices, comma-separated (default: the npz's alpha, else opt)"
+    s = sub.add_parser(
+        "svm",
+        help="solve Att-SVM(α) for X, Y, v[, z, alpha] in a .npz file",
+        description="Solve the attention SVM  min ||W|| s.t. (x_iα_i − x_it)ᵀ W z_i ≥ 1 for all t ≠ α_i, "
+        "certify the solution (KKT residuals) and, for the Frobenius norm, check local optimality.",
+        epilog=NPZ_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    s.add_argument("--norm", default="fro", choices=("fro", "nuc"))
-    s.add_argument("--method", default="auto", choices=("auto", "primal", "vector", "dual"))
-    s.add_argument("--out", default=None, metavar="FILE", help="write JSON here (default: stdout)")
+    s.add_argument("data", metavar="DATA.npz", help="the arrays (see below)")
+    s.add_argument(
+        "--alpha",
+        default=None,
+        metavar="I,J,...",
+        help="selected token index of each sequence, comma-separated (default: the npz's alpha, else "
+        "opt_i = argmax_t Y_i·vᵀx_it)",
+    )
+    s.add_argument(
+        "--norm", default="fro", choices=("fro", "nuc"), help="Frobenius or nuclear norm (default: fro)"
+    )
+    s.add_argument(
+        "--method",
+        default="auto",
+        choices=("auto", "primal", "vector", "dual"),
+        help="solver: exact dual core (dual), conic programs (primal, vector), auto picks (default: auto)",
+    )
+    s.add_argument("--json", action="store_true", help="print the full result as JSON instead of a summary")
+    s.add_argument(
+        "--out", default=None, metavar="FILE", help="also write the full result as JSON to FILE ('-': stdout)"
+    )
     s.set_defaults(func=cmd_svm)
 
-    g = sub.add_parser("gd", help="run (normalized) GD on X, Y, v[, z] in a .npz file")
-    g.add_argument("data", metavar="DATA.npz")
-    g.add_argument("--steps", type=_positive_int, required=True)
-    g.add_argument("--lr", type=_positive_float, required=True)
-    g.add_argument("--loss", default="logistic", choices=("logistic", "exponential", "correlation"))
-    g.add_argument("--plain", action="store_true", help="plain GD instead of normalized GD")
-    g.add_argument("--svm", action="store_true", help="also report corr with W_mm(final tokens)")
-    g.add_argument("--out", default=None, metavar="FILE", help="write JSON here (default: stdout)")
+    g = sub.add_parser(
+        "gd",
+        help="run (normalized) GD on X, Y, v[, z] in a .npz file",
+        description="Run gradient descent on the attention weights W from W = 0 and report the direction "
+        "it reaches (optionally against the Att-SVM solution).",
+        epilog=NPZ_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g.add_argument("data", metavar="DATA.npz", help="the arrays (see below)")
+    g.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=GD_DEFAULT_STEPS,
+        help=f"GD steps (default: {GD_DEFAULT_STEPS})",
+    )
+    g.add_argument(
+        "--lr", type=_positive_float, default=GD_DEFAULT_LR, help=f"step size η (default: {GD_DEFAULT_LR})"
+    )
+    g.add_argument(
+        "--loss",
+        default="logistic",
+        choices=("logistic", "exponential", "correlation"),
+        help="loss ℓ of Y·f (default: logistic)",
+    )
+    g.add_argument(
+        "--plain",
+        action="store_true",
+        help="plain GD W ← W − η∇L instead of normalized GD W ← W − η∇L/||∇L||",
+    )
+    g.add_argument(
+        "--alpha",
+        default=None,
+        metavar="I,J,...",
+        help="with --svm: compare with W_mm(alpha) (default: the npz's alpha, else the run's final tokens)",
+    )
+    g.add_argument("--svm", action="store_true", help="also report the direction's agreement with W_mm")
+    g.add_argument("--json", action="store_true", help="print the full result as JSON instead of a summary")
+    g.add_argument(
+        "--out", default=None, metavar="FILE", help="also write the full result as JSON to FILE ('-': stdout)"
+    )
     g.set_defaults(func=cmd_gd)
     return p
 
@@ -667,7 +867,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         _reexec_with_env()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_negative_option_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return int(args.func(args))
     except InputError as exc:

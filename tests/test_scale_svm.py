@@ -293,8 +293,8 @@ def scaled_files(tmp_path_factory: pytest.TempPathFactory) -> dict[float, Path]:
 def test_cli_svm_at_1e80_prints_the_scaled_answer(scaled_files: dict[float, Path]) -> None:
     """Was exit 0 with W = 0, primal_feasibility 1.0, locally_optimal true. Oracle: equivariance against
     the CLI at scale 1 (W/1e160, same support and verdict)."""
-    ref = json.loads(run_cli("svm", str(scaled_files[1.0])).stdout)
-    proc = run_cli("svm", str(scaled_files[1e80]))
+    ref = json.loads(run_cli("svm", str(scaled_files[1.0]), "--json").stdout)
+    proc = run_cli("svm", str(scaled_files[1e80]), "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     W = np.array(doc["W"])
@@ -325,7 +325,7 @@ def test_cli_svm_on_rows_spanning_300_orders_reports_uncertified_and_undecided(t
     X[0] *= 1e-300
     p = tmp_path / "spread.npz"
     np.savez(p, X=X, Y=Y, v=v, z=z, alpha=alpha)
-    proc = run_cli("svm", str(p))
+    proc = run_cli("svm", str(p), "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["certified"] is False and doc["locally_optimal"] is None
