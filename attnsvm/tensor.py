@@ -33,6 +33,8 @@ from .errors import InvalidInstanceError
 from .instance import Instance, as_real_array, pow2_split, split_rows
 from .scaling import FLOAT_TINY, range_error
 
+_EPS = float(np.finfo(np.float64).eps)
+
 __all__ = [
     "vec",
     "unvec",
@@ -226,7 +228,8 @@ def svm_margins(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None) ->
 
     Scale: any finite data; each to absolute error ``≲ d²·eps·Σ|Δ_k W_kj z_j|``; formed from
     power-of-two rescaled ``Δ``, ``W``, ``z``. Raises :class:`~attnsvm.NumericalError` when a
-    value exceeds 1.8e308.
+    value exceeds 1.8e308, or when it falls below the normal range and its rounding to the subnormal
+    grid (up to 2^−1075) would exceed that error bound (a margin of 2^−1100 is never returned as 0).
     """
     Wa = inst.check_weights(W)
     c = svm_constraints(inst, alpha)
@@ -237,8 +240,14 @@ def svm_margins(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None) ->
     e = ed + ew + ez
     with np.errstate(over="ignore", under="ignore"):
         out = np.ldexp(core, e)
-    if not np.all(np.isfinite(out)):
-        r = int(np.flatnonzero(~np.isfinite(out))[0])
+        # Below the normal range ldexp rounds to the subnormal grid (absolute error ≤ 2^−1075). That is
+        # within the documented d²·eps·Σ|terms| unless the terms themselves are tiny: then refuse
+        # (unless the value is exact), never return a 0 or a value that lost its digits.
+        spread = Ws.shape[0] ** 2 * _EPS * np.einsum("rk,kj,rj->r", np.abs(ds), np.abs(Ws), np.abs(zs))
+        lost = (np.abs(out) < FLOAT_TINY) & (np.ldexp(out, -e) != core) & (np.ldexp(spread, e + 1075) < 1.0)
+    bad = ~np.isfinite(out) | lost
+    if np.any(bad):
+        r = int(np.flatnonzero(bad)[0])
         raise range_error(
             "the Att-SVM margins (x_iα − x_it)ᵀ W z_i", math.log(abs(float(core[r]))) + float(e[r]) * _LN2
         )

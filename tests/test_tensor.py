@@ -11,6 +11,7 @@ import pytest
 
 import attnsvm as A
 from attnsvm.errors import InvalidInstanceError, NumericalError
+from attnsvm.tensor import svm_margins
 
 #: products of O(1) entries summed over ≤ 64 terms: absolute error ≤ 64·eps·Σ|terms| ≈ 1e-13.
 SUM_ATOL = 1e-12
@@ -257,3 +258,39 @@ def test_rows_with_finite_entries_but_overflowing_norm_leak_no_floating_point_er
         assert "Att-SVM row" in str(err)
     else:
         assert [Fraction(r) for r in rows.ravel()] == [Fraction(3 * 2**1022)] * 4
+
+
+def _one_row_instance(delta: float, z: float) -> A.Instance:
+    """n = 1, T = 2, d = 1: x_α = (delta), x_t = (0), query z: the one margin is delta·W·z."""
+    return A.Instance(np.array([[[delta], [0.0]]]), np.array([1.0]), np.array([1.0]), np.array([[z]]))
+
+
+@pytest.mark.parametrize(
+    ("delta", "w_exp", "z_exp"),
+    [(1.0, -500, -600), (1.0 + 2.0**-52, -460, -600)],
+    ids=["below-every-double", "subnormal-losing-digits"],
+)
+def test_margin_below_the_normal_range_is_refused_when_rounding_would_exceed_its_error_bound(
+    delta: float, w_exp: int, z_exp: int
+) -> None:
+    """Oracle, exact: the margin is delta·2^(w_exp+z_exp) — 2^−1100 (no double; was returned as 0.0) and
+    2^−1060 + 2^−1112 (subnormal: rounding drops the 2^−1112 part, more than the documented
+    d²·eps·Σ|terms| = 2^−1112·(1+2^−52)); both must be refused with the scale contract's message."""
+    inst = _one_row_instance(delta, 2.0**z_exp)
+    with pytest.raises(NumericalError, match=r"the Att-SVM margins .* underflows float64's normal range"):
+        svm_margins(inst, np.array([[2.0**w_exp]]), np.array([0]))
+
+
+def test_exact_subnormal_margin_is_returned_exactly() -> None:
+    """Oracle, exact: 1·2^−500·2^−560 = 2^−1060 is a subnormal double, returned bit for bit."""
+    inst = _one_row_instance(1.0, 2.0**-560)
+    assert svm_margins(inst, np.array([[2.0**-500]]), np.array([0]))[0] == 2.0**-1060
+
+
+def test_tiny_margin_from_cancelling_large_terms_is_within_its_error_bound() -> None:
+    """A margin that cancels between O(1) terms (true value 0) is returned, not refused: its documented
+    error bound d²·eps·Σ|terms| (~1e-15) dwarfs any subnormal rounding. Oracle: exact arithmetic, the
+    terms 1·1 and −1·1 cancel to exactly 0."""
+    X = np.array([[[1.0, 1.0], [0.0, 0.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), np.array([[1.0, -1.0]]))
+    assert svm_margins(inst, np.eye(2), np.array([0]))[0] == 0.0
