@@ -151,8 +151,9 @@ def svm_rows(inst: Instance, alpha: ArrayLike | None = None) -> FloatArray:
     Rows are ordered by sequence, then token (skipping ``t = α_i``).
 
     Scale: any finite data; every entry is the exactly rounded product ``z_j Δ_k`` when it is
-    normal, and the rows are returned when each nonzero row's norm ``||z_i||·||Δ_it||`` lies in
-    [2.2e-308, 1.8e308] (entries below 2.2e-308 are then right to ``eps`` normwise); otherwise
+    normal, and the rows are returned when every entry is finite and each nonzero row's norm
+    ``||z_i||·||Δ_it||`` is at least 2.2e-308 (entries below 2.2e-308 are then right to ``eps``
+    normwise; a norm above 1.8e308 with finite entries is fine: the entries are exact); otherwise
     raises :class:`~attnsvm.NumericalError` naming the entry's or row's size.
     """
     c = svm_constraints(inst, alpha)
