@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Verbosity, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 
@@ -95,8 +95,17 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 # Mutation testing (tools/mutation.py): the ci profile with a quarter of its examples, so a
-# mutant's run is short; derandomized, so a mutant's outcome does not depend on the run.
-settings.register_profile("mutation", settings.get_profile("ci"), max_examples=MAX_EXAMPLES["mutation"])
+# mutant's run is short; derandomized, so a mutant's outcome does not depend on the run; no
+# shrinking (a kill needs one failing example, not the smallest: shrinking made failing runs outlast
+# mutmut's timeout, 55 s against an expected 0.6 s) and no example database (no example carried from
+# one mutant to the next, so outcomes do not depend on the order mutants run in).
+settings.register_profile(
+    "mutation",
+    settings.get_profile("ci"),
+    max_examples=MAX_EXAMPLES["mutation"],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    database=None,
+)
 settings.register_profile(
     "sweep",
     max_examples=MAX_EXAMPLES["sweep"],
