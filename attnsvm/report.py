@@ -22,7 +22,9 @@ import json
 import math
 import os
 import platform
+import re
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -33,7 +35,7 @@ import numpy as np
 
 from .experiments import Claim, FamilyResult, Figure
 
-__all__ = ["write_report", "to_jsonable", "summary_rows", "failed_claims", "render_figure"]
+__all__ = ["write_report", "to_jsonable", "summary_rows", "failed_claims", "render_figure", "draw_figure"]
 
 #: Rows of a table shown in report.md / report.html (the CSV and results.json keep all).
 MAX_TABLE_ROWS = 40
@@ -93,50 +95,230 @@ def summary_rows(results: Sequence[FamilyResult]) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- figures
+#: Band (10–90 % over seeds) fill opacity: light enough that two overlapping bands stay readable;
+#: each band's edges are also drawn as thin lines in its series' line style.
+BAND_ALPHA = 0.1
+#: Reference lines (``Panel.hlines``), in turn: line style and grey level.
+HLINE_STYLES = (("--", "0.3"), (":", "0.45"), ("-.", "0.6"))
+#: Two lines of a panel coincide on the page when their x agree and their y agree to this relative
+#: tolerance (well under a pixel on the report's 4-inch axes): the later one's legend entry says so.
+COINCIDE_RTOL = 1e-3
+#: Default marker size (points).
+MARKER_SIZE = 4.0
+
+
+def _tick_label(v: float) -> str:
+    """A tick label: plain ("6", "20", "0.25") inside [1e-3, 1e4), a power of ten outside."""
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    if 1e-3 <= abs(v) < 1e4:
+        return f"{v:.4g}"
+    e = math.floor(math.log10(abs(v)) + 1e-9)
+    m = v / 10.0**e
+    if abs(m - round(m)) < 1e-6 and round(m) == 1:
+        return f"$10^{{{e}}}$"
+    return f"${m:.3g}\\times10^{{{e}}}$"
+
+
+def _format_log_axis(axis: Any, lo: float, hi: float) -> None:
+    """Plain tick labels on a log axis; label the 2 and 5 minor ticks too when it spans < 2 decades.
+
+    (matplotlib's default labels a short log axis with minor ticks "6×10⁰", "2×10⁰".)
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    fmt = FuncFormatter(lambda v, _pos: _tick_label(v))
+    axis.set_major_formatter(fmt)
+    if lo > 0 and hi > lo and math.log10(hi / lo) < 2:
+        axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+        axis.set_minor_formatter(fmt)
+    else:
+        axis.set_minor_formatter(NullFormatter())
+
+
+def _values(v: Sequence[float | None]) -> Any:
+    return np.asarray([np.nan if a is None else a for a in v], dtype=float)
+
+
+def _coincides(x: Any, y: Any, drawn: list[tuple[str, Any, Any]]) -> str | None:
+    """The label of an already drawn line that ``(x, y)`` lies on (within :data:`COINCIDE_RTOL`)."""
+    for label, x0, y0 in drawn:
+        if x0.shape == x.shape and np.array_equal(x0, x) and np.allclose(y, y0, rtol=COINCIDE_RTOL, atol=0):
+            return label
+    return None
+
+
+def _draw_series(ax: Any, s: Any, panel: Any, drawn: list[tuple[str, Any, Any]], index: int) -> None:
+    x = np.asarray(s.x, dtype=float)
+    y = _values(s.y)
+    mask = np.isfinite(x) & np.isfinite(y)
+    if panel.xlog:
+        mask &= x > 0
+    if panel.ylog:
+        mask &= y > 0
+    if not np.any(mask):
+        return
+    label = s.label
+    if not label.startswith("_"):  # a line hidden under another one says so in the legend
+        under = _coincides(x[mask], y[mask], drawn)
+        if under is not None:
+            label = f"{label} (lies on {under})"
+        drawn.append((s.label, x[mask], y[mask]))
+    kw: dict[str, Any] = {"color": s.color} if s.color else {}
+    if s.zorder is not None:
+        kw["zorder"] = s.zorder
+    ms = MARKER_SIZE if s.ms is None else s.ms
+    if s.hollow:
+        kw["mfc"] = "none"
+    (line,) = ax.plot(x[mask], y[mask], s.style, label=label, ms=ms, lw=1.5, **kw)
+    color = line.get_color()
+    z = line.get_zorder()
+    if s.lo is not None and s.hi is not None:
+        lo, hi = _values(s.lo), _values(s.hi)
+        bm = mask & np.isfinite(lo) & np.isfinite(hi)
+        if panel.ylog:
+            bm &= (lo > 0) & (hi > 0)
+        if np.any(bm):
+            ax.fill_between(x[bm], lo[bm], hi[bm], color=color, alpha=BAND_ALPHA, lw=0, zorder=z - 0.5)
+            for edge in (lo, hi):  # band edges: overlapping bands stay distinguishable
+                ax.plot(
+                    x[bm], edge[bm], color=color, ls=line.get_linestyle(), lw=0.6, alpha=0.5, zorder=z - 0.4
+                )
+    xs, ys = x[mask], y[mask]
+    if s.mark_ends:
+        ax.plot(xs[:1], ys[:1], "o", color=color, mfc="white", mec=color, ms=ms + 4, mew=1.5, zorder=z + 0.1)
+        ax.plot(xs[-1:], ys[-1:], "s", color=color, ms=ms + 3, zorder=z + 0.1)
+    if s.point_labels is not None:
+        labels = [lab for lab, m in zip(s.point_labels, mask, strict=True) if m]
+        for xv, yv, lab in zip(xs, ys, labels, strict=True):
+            if lab:
+                # Alternate above / below the point, so two series' labels at one point do not overlap.
+                offset = (4, 5) if index % 2 == 0 else (4, -11)
+                ax.annotate(lab, (xv, yv), textcoords="offset points", xytext=offset, fontsize=7, color=color)
+
+
 def render_figure(fig: Figure, path: Path) -> None:
     """Draw ``fig`` with matplotlib (Agg) and save it as a PNG at ``path``."""
+    import matplotlib.pyplot as plt
+
+    f = draw_figure(fig)
+    f.savefig(path, dpi=110)
+    plt.close(f)
+
+
+def draw_figure(fig: Figure) -> Any:
+    """Draw ``fig`` with matplotlib (Agg) and return the ``matplotlib.figure.Figure`` (unsaved, open).
+
+    Bands are light with thin edges (so overlapping ones stay readable); log axes get plain tick
+    labels ("6", "20", not "6×10⁰"); a line hidden under an earlier one of its panel says so in the
+    legend; ``Panel.hlines`` are grey reference lines, ``Panel.note`` a text box, and
+    ``Figure.legend == "below"`` one legend for the figure under its panels.
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
     k = len(fig.panels)
-    f, axes = plt.subplots(1, k, figsize=(5.2 * k, 4.0), squeeze=False)
-    for ax, panel in zip(axes[0], fig.panels, strict=True):
-        for s in panel.series:
-            x = np.asarray(s.x, dtype=float)
-            y = np.asarray([np.nan if v is None else v for v in s.y], dtype=float)
-            mask = np.isfinite(x) & np.isfinite(y)
-            if panel.xlog:
-                mask &= x > 0
-            if panel.ylog:
-                mask &= y > 0
-            if not np.any(mask):
-                continue
-            kw: dict[str, Any] = {"color": s.color} if s.color else {}
-            (line,) = ax.plot(x[mask], y[mask], s.style, label=s.label, ms=4, lw=1.5, **kw)
-            if s.lo is not None and s.hi is not None:
-                lo = np.asarray([np.nan if v is None else v for v in s.lo], dtype=float)
-                hi = np.asarray([np.nan if v is None else v for v in s.hi], dtype=float)
-                bm = mask & np.isfinite(lo) & np.isfinite(hi)
-                if panel.ylog:
-                    bm &= (lo > 0) & (hi > 0)
-                if np.any(bm):
-                    ax.fill_between(x[bm], lo[bm], hi[bm], color=line.get_color(), alpha=0.18, lw=0)
+    ncols = min(k, fig.columns) if fig.columns else k
+    nrows = math.ceil(k / ncols)
+    # A panel with its legend outside (to the right) gets the legend's room as extra width.
+    width = max(
+        sum(8.4 if p.legend == "outside" else 5.2 for p in fig.panels[r * ncols : (r + 1) * ncols])
+        for r in range(nrows)
+    )
+    f, axes = plt.subplots(nrows, ncols, figsize=(width, 4.0 * nrows), squeeze=False)
+    for ax in axes.ravel()[k:]:
+        ax.set_visible(False)
+    merged: dict[str, Any] = {}
+    for ax, panel in zip(axes.ravel()[:k], fig.panels, strict=True):
+        drawn: list[tuple[str, Any, Any]] = []
+        for i, s in enumerate(panel.series):
+            _draw_series(ax, s, panel, drawn, i)
+        for j, (yv, lab) in enumerate(panel.hlines):
+            if math.isfinite(yv) and (yv > 0 or not panel.ylog):
+                ls, grey = HLINE_STYLES[j % len(HLINE_STYLES)]
+                ax.axhline(yv, color=grey, ls=ls, lw=1.1, label=lab or None, zorder=1)
         if panel.xlog:
             ax.set_xscale("log")
         if panel.ylog:
             ax.set_yscale("log")
+        if panel.ylim is not None:
+            ax.set_ylim(*panel.ylim)
+        if panel.xticks is not None:
+            ax.set_xticks(list(panel.xticks))
+            ax.set_xticklabels([_tick_label(float(v)) for v in panel.xticks])
+            if panel.xlog:
+                from matplotlib.ticker import NullFormatter, NullLocator
+
+                ax.xaxis.set_minor_locator(NullLocator())
+                ax.xaxis.set_minor_formatter(NullFormatter())
+        elif panel.xlog:
+            _format_log_axis(ax.xaxis, *ax.get_xlim())
+        if panel.ylog:
+            _format_log_axis(ax.yaxis, *ax.get_ylim())
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         ax.grid(True, which="major", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    f.suptitle(fig.title, fontsize=11)
-    f.tight_layout()
-    f.savefig(path, dpi=110)
-    plt.close(f)
+        if panel.note and panel.note_loc == "below":  # under the x label
+            ax.text(
+                0.5,
+                -0.2,
+                panel.note,
+                transform=ax.transAxes,
+                fontsize=7.5,
+                va="top",
+                ha="center",
+                bbox={"boxstyle": "round", "fc": "white", "ec": "0.7"},
+            )
+        elif panel.note and panel.note_loc == "outside":  # under the legend, right of the axes
+            ax.text(
+                1.03,
+                0.0,
+                panel.note,
+                transform=ax.transAxes,
+                fontsize=7.5,
+                va="bottom",
+                ha="left",
+                bbox={"boxstyle": "round", "fc": "white", "ec": "0.7"},
+            )
+        elif panel.note:
+            vert, horiz = panel.note_loc.split()
+            ax.text(
+                0.02 if horiz == "left" else 0.98,
+                0.02 if vert == "lower" else 0.98,
+                panel.note,
+                transform=ax.transAxes,
+                fontsize=7.5,
+                va="bottom" if vert == "lower" else "top",
+                ha=horiz,
+                bbox={"boxstyle": "round", "fc": "white", "ec": "0.7", "alpha": 0.9},
+                zorder=10,
+            )
+        handles, labels = ax.get_legend_handles_labels()
+        if fig.legend == "below":
+            for hd, lab in zip(handles, labels, strict=True):
+                merged.setdefault(lab, hd)
+        elif handles and panel.legend == "outside":
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        elif handles and panel.legend != "none":
+            ax.legend(fontsize=8, loc=panel.legend)
+    # ~10 characters of the 11-point title per inch of figure width: wrap instead of cropping.
+    f.suptitle(textwrap.fill(fig.title, width=max(40, int(10 * width))), fontsize=11)
+    if merged:
+        f.legend(
+            list(merged.values()),
+            list(merged.keys()),
+            loc="lower center",
+            ncol=min(len(merged), 3),
+            fontsize=8,
+            bbox_to_anchor=(0.5, 0.0),
+        )
+        f.tight_layout(rect=(0, 0.06 * math.ceil(len(merged) / 3), 1, 1))
+    else:
+        f.tight_layout()
+    return f
 
 
 # ---------------------------------------------------------------------------- tables
@@ -176,6 +358,11 @@ def _md_table(rows: Sequence[dict[str, Any]], limit: int = MAX_TABLE_ROWS) -> st
     return "\n".join(out) + "\n"
 
 
+def _inline(text: str) -> str:
+    """HTML-escape ``text`` and render its Markdown code spans (`` `x` ``) as ``<code>x</code>``."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
+
+
 def _html_table(rows: Sequence[dict[str, Any]], limit: int = MAX_TABLE_ROWS) -> str:
     if not rows:
         return "<p><em>(empty)</em></p>"
@@ -187,7 +374,7 @@ def _html_table(rows: Sequence[dict[str, Any]], limit: int = MAX_TABLE_ROWS) -> 
         if r.get("status") == "FAIL" or r.get("result") == "FAIL":
             cls = ' class="fail"'
         body.append(
-            f"<tr{cls}>" + "".join(f"<td>{html.escape(_cell(r.get(c, '')))}</td>" for c in cols) + "</tr>"
+            f"<tr{cls}>" + "".join(f"<td>{_inline(_cell(r.get(c, '')))}</td>" for c in cols) + "</tr>"
         )
     more = f"<p><em>{len(rows) - limit} more rows in the CSV file.</em></p>" if len(rows) > limit else ""
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
@@ -389,9 +576,9 @@ def write_report(
         h += [
             f"<h2 id='{html.escape(r.name)}'>{html.escape(r.title)} (<code>{html.escape(r.name)}</code>)</h2>"
         ]
-        h += [f"<p>{html.escape(r.description)}</p>"]
+        h += [f"<p>{_inline(r.description)}</p>"]
         if not r.available:
-            h += [f"<p class='na'>Not available: {html.escape(r.reason)}.</p>"]
+            h += [f"<p class='na'>Not available: {_inline(r.reason)}.</p>"]
             continue
         h += [f"<p>Time: {r.elapsed_s:.1f} s.</p>", "<h3>Claims</h3>", _html_table(_claim_rows(r))]
         if r.numbers:
@@ -404,7 +591,7 @@ def write_report(
             h += [
                 "<figure>",
                 f"<img alt='{html.escape(fig.title)}' src='data:image/png;base64,{data}'>",
-                f"<figcaption>{html.escape(fig.title)}. {html.escape(fig.caption)}</figcaption></figure>",
+                f"<figcaption>{html.escape(fig.title)}. {_inline(fig.caption)}</figcaption></figure>",
             ]
         for tname, rows in r.tables.items():
             h += [

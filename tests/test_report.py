@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import time
+from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -218,3 +222,297 @@ def test_counterexample_confirmation_separates_artefacts_from_survivors():
     _confirm_counterexamples([artefact, survivor], steps=1000, device="cpu")
     assert not artefact["confirmed"]
     assert survivor["confirmed"]
+
+
+# ----------------------------------------------------------- figures and HTML, as a reader sees them
+# These tests draw the families' figures (report.draw_figure) and read back what matplotlib put on
+# the page: tick labels, legend texts, annotations, axis limits, drawing order. The oracles are the
+# families' own tables and configurations (what the figure must show), not the figure code.
+
+#: An internal constant's name: an ALL-CAPS word joined by underscores (CONFIRM_FACTOR, TOY_CORR);
+#: math such as W_R or K_S (one capital before the underscore) is not one.
+CONSTANT_NAME = r"\b[A-Z][A-Z0-9]+(?:_[A-Z0-9]+)+\b"
+
+#: Families cheap enough at size "tiny" (< 1 s each) to run in these tests.
+CHEAP_FAMILIES = ("saturation", "textbook_gd", "convergence", "local_global", "regpath", "svm", "multitoken")
+
+
+class _TextOnly(HTMLParser):
+    """Stdlib HTML parser (the oracle): the visible prose, with <code>, <style> and tables' cells of
+    data kept apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prose: list[str] = []
+        self.code: list[str] = []
+        self._stack: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._stack and self._stack.pop() != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        if "style" in self._stack:
+            return
+        (self.code if "code" in self._stack else self.prose).append(data)
+
+
+def _visible(html_text: str) -> _TextOnly:
+    p = _TextOnly()
+    p.feed(html_text)
+    return p
+
+
+@pytest.fixture(scope="module")
+def cheap_results() -> dict[str, E.FamilyResult]:
+    return {r.name: r for r in E.run_families("tiny", seed=0, names=list(CHEAP_FAMILIES))}
+
+
+def _drawn(fig: E.Figure) -> Any:
+    from attnsvm.report import draw_figure
+
+    return draw_figure(fig)
+
+
+def _close(f: Any) -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close(f)
+
+
+def test_html_renders_code_spans_and_names_no_constants(tmp_path: Path) -> None:
+    """Oracle: the stdlib HTML parser. Every family's description (as a not-available family, so no
+    family runs) and a caption with code spans: the visible prose has no Markdown backtick and no
+    internal constant name (an ALL_CAPS identifier); the code spans come out as <code> text."""
+    results = [
+        E.FamilyResult(s.name, s.title, s.description, available=False, reason="`x` not installed")
+        for s in E.FAMILY_REGISTRY.values()
+    ]
+    toy = E.FamilyResult("toy", "Toy", "uses `a < b` and `f(x)`")
+    toy.figures.append(
+        E.Figure("f", "t", [E.Panel("p", "x", "y", [E.Series("s", [1.0], [1.0])])], "see `col`")
+    )
+    write_report([*results, toy], tmp_path, {})
+    page = _visible((tmp_path / "report.html").read_text(encoding="utf-8"))
+    prose = "".join(page.prose)
+    assert "`" not in prose
+    assert not re.findall(CONSTANT_NAME, prose), "internal constant name in prose"
+    assert {"a < b", "f(x)", "col", "x"} <= set(page.code)
+
+
+def test_cheap_families_html_prose(
+    tmp_path: Path, cheap_results: dict[str, E.FamilyResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Oracle: the stdlib HTML parser on the report of real runs (claims, captions, descriptions).
+    The figures' pixels are not under test here: they are written as empty files."""
+    import attnsvm.report as report_mod
+
+    monkeypatch.setattr(report_mod, "render_figure", lambda fig, path: path.write_bytes(b""))
+    write_report(list(cheap_results.values()), tmp_path, {"size": "tiny"})
+    prose = "".join(_visible((tmp_path / "report.html").read_text(encoding="utf-8")).prose)
+    assert "`" not in prose
+    assert not re.findall(CONSTANT_NAME, prose)
+
+
+def test_log_axis_ticks_are_plain_numbers() -> None:
+    """Oracle: every tick label parses back (``float``) to its tick's position — no "6×10⁰"."""
+    x = [0.5, 0.8, 1.5, 4.0]
+    fig = E.Figure("f", "t", [E.Panel("p", "x", "y", [E.Series("s", x, [6.0, 7.0, 9.0, 20.0])], True, True)])
+    f = _drawn(fig)
+    try:
+        f.canvas.draw()
+        (ax,) = f.axes
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                label = tick.label1.get_text()
+                if label and lo <= tick.get_loc() <= hi:
+                    assert "times" not in label and float(label) == pytest.approx(tick.get_loc()), label
+    finally:
+        _close(f)
+
+
+def test_coinciding_lines_say_so_in_the_legend() -> None:
+    """Oracle: the legend text matplotlib drew. A line drawn exactly on an earlier one is named."""
+    x = [1.0, 2.0, 3.0]
+    fig = E.Figure(
+        "f",
+        "t",
+        [E.Panel("p", "x", "y", [E.Series("a", x, [1.0, 2.0, 3.0]), E.Series("b", x, [1.0, 2.0, 3.0])])],
+    )
+    f = _drawn(fig)
+    try:
+        texts = [t.get_text() for t in f.axes[0].get_legend().get_texts()]
+        assert texts == ["a", "b (lies on a)"]
+    finally:
+        _close(f)
+
+
+def test_convergence_figures_state_size_and_seeds(cheap_results: dict[str, E.FamilyResult]) -> None:
+    """Oracle: each family's size configuration. The figure's title names n, T, d and the seeds."""
+    cfgs = {
+        "saturation": (E.SATURATION_SIZES["tiny"]["shape"], E.SATURATION_SIZES["tiny"]["seeds"]),
+        "textbook_gd": (E.TEXTBOOK_GD_SIZES["tiny"]["shape"], E.TEXTBOOK_GD_SIZES["tiny"]["seeds"]),
+        "convergence": (E.CONVERGENCE_SIZES["tiny"]["shape"], E.CONVERGENCE_SIZES["tiny"]["seeds"]),
+        "regpath": (E.REGPATH_SIZES["tiny"]["shape"], E.REGPATH_SIZES["tiny"]["seeds"]),
+    }
+    for name, ((n, T, d), seeds) in cfgs.items():
+        for fig in cheap_results[name].figures:
+            assert f"n={n}, T={T}, d={d}" in fig.title and f"{seeds} seed" in fig.title, (name, fig.title)
+
+
+def test_local_global_figure_states_the_criterion(cheap_results: dict[str, E.FamilyResult]) -> None:
+    """Oracle: the family's by_d table. The claim's verdict is 'last ≥ first' on the table, its
+    statement says so, and the drawn figure starts at 0 and prints both ends with the verdict."""
+    res = cheap_results["local_global"]
+    rows = res.tables["by_d"]
+    (claim,) = [c for c in res.claims if c.name == "global-share-grows-with-d"]
+    assert claim.passed == (rows[-1]["share_global"] >= rows[0]["share_global"])
+    assert "largest d" in claim.statement and "smallest d" in claim.statement
+    (fig,) = res.figures
+    f = _drawn(fig)
+    try:
+        ax = f.axes[0]
+        assert ax.get_ylim()[0] == 0.0
+        note = " ".join(t.get_text() for t in ax.texts)
+        assert f"({rows[-1]['share_global']:.2f})" in note and f"({rows[0]['share_global']:.2f})" in note
+        assert ("holds" if claim.passed else "refuted") in note
+        monotone = all(b["share_global"] >= a["share_global"] for a, b in zip(rows, rows[1:], strict=False))
+        assert ("dips at" in note) == (not monotone)
+    finally:
+        _close(f)
+
+
+def test_multitoken_points_show_their_run_counts(cheap_results: dict[str, E.FamilyResult]) -> None:
+    """Oracle: the runs table. Each share point is annotated 'count/out of', counted from the runs."""
+    res = cheap_results["multitoken"]
+    runs = res.tables["runs"]
+    R = E.MULTITOKEN_SIZES["tiny"]["runs"]
+    expected = []
+    for d in sorted({r["d"] for r in runs}):
+        multi = [r for r in runs if r["d"] == d and r["multi"]]
+        better = [r for r in multi if r["rel_error_prediction"] < r["rel_error_single"]]
+        expected += [f"{len(multi)}/{R}", f"{len(better)}/{len(multi)}"]
+    (fig,) = res.figures
+    f = _drawn(fig)
+    try:
+        drawn = sorted(t.get_text() for t in f.axes[1].texts)
+        shown = [e for e in expected if not e.endswith("/0")]  # no share point without multi-token runs
+        assert drawn == sorted(shown)
+    finally:
+        _close(f)
+
+
+def test_svm_times_exclude_each_methods_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Oracle: an injected cost. The first call of each (norm, method) sleeps WARMUP_S; no timed
+    solve may include it, and the first-call times reported apart must."""
+    import attnsvm.svm as svm_mod
+
+    WARMUP_S = 0.25  # far above a tiny solve (ms), far below the test's budget
+    real = svm_mod.solve_svm
+    seen: set[tuple[str, str]] = set()
+
+    def slow_first(inst: Any, *args: Any, **kw: Any) -> Any:
+        key = (kw.get("norm", "fro"), kw.get("method", "dual"))
+        if key not in seen and kw.get("alpha") is None:
+            seen.add(key)
+            time.sleep(WARMUP_S)
+        return real(inst, *args, **kw)
+
+    monkeypatch.setattr(svm_mod, "solve_svm", slow_first)
+    res = E.run_family(E.FAMILY_REGISTRY["svm"], "tiny", 0)
+    assert not res.failed
+    assert all(r["time_s"] < WARMUP_S for r in res.tables["solves"])
+    for m in ("dual", "vector", "primal", "nuc"):
+        assert res.numbers[f"first_call_s/{m}"] >= WARMUP_S
+    # One quantity per axis: time, KKT residual, the conic solver's own error.
+    (fig,) = res.figures
+    assert [p.ylabel for p in fig.panels] == [
+        "seconds",
+        "max relative KKT residual",
+        "||W_raw − W||_F / ||W||_F (worst)",
+    ]
+
+
+def test_lipschitz_estimates_drawn_over_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Oracle: matplotlib's drawing order and tick labels. Every estimate line is drawn above every
+    bound line, the legend sits under the panels (over no curve), and the x ticks are the radii."""
+    monkeypatch.setitem(E.LIPSCHITZ_SIZES, "tiny", {**E.LIPSCHITZ_SIZES["tiny"], "samples": 1, "steps": 1})
+    res = E.run_family(E.FAMILY_REGISTRY["lipschitz"], "tiny", 0)
+    (fig,) = res.figures
+    f = _drawn(fig)
+    try:
+        f.canvas.draw()
+        radii = E.LIPSCHITZ_SIZES["tiny"]["radii"]
+        for ax in f.axes:
+            assert ax.get_legend() is None
+            lines = {
+                ln.get_label(): ln.get_zorder() for ln in ax.get_lines() if not ln.get_label().startswith("_")
+            }
+            bounds = [z for lab, z in lines.items() if "bound" in lab.split("(")[0]]
+            ests = [z for lab, z in lines.items() if "estimate" in lab.split("(")[0]]
+            assert bounds and ests and min(ests) > max(bounds)
+            labels = [t.get_text() for t in ax.get_xticklabels()]
+            assert [float(t) for t in labels] == radii
+        assert f.legends
+    finally:
+        _close(f)
+
+
+def test_toys_figures_mark_targets_ends_and_coinciding_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Oracle: the toys' own data (final tokens, p_mm) and the drawn artists. The prompt panels draw a
+    star at p_mm(final token)/||p_mm|| for every final token, start/end markers per line, and a
+    '(k runs coincide)' label wherever k runs share one line; the global-toy panel plots a positive
+    gap (1 − corr is 0 as a difference) under the finding's threshold."""
+    monkeypatch.setitem(
+        E.TOY_SIZES, "tiny", {"prompt_steps": 30, "global_steps": 30, "joint_steps": 30, "lp_steps": 30}
+    )
+    res = E.run_family(E.FAMILY_REGISTRY["toys"], "tiny", 0)
+    prompt, conv = res.figures
+    from attnsvm.prompt import solve_prompt_svm
+    from attnsvm.toys import prompt_toy
+
+    for panel, key in zip(prompt.panels, ("c=0.9", "c=0.0"), strict=True):
+        finals = {r["final_token"] for r in res.tables["prompt"] if r["toy"] == key}
+        stars = {(s.x[0], s.y[0]) for s in panel.series if s.style == "k*"}
+        inst, W = prompt_toy(float(key.split("=")[1]))
+        for tok in finals:
+            p = np.asarray(solve_prompt_svm(inst, W, [tok]).p, dtype=float)
+            u = p / np.linalg.norm(p)
+            assert any(abs(x - u[0]) < 1e-12 and abs(y - u[1]) < 1e-12 for x, y in stars), (key, tok)
+        runs = [s for s in panel.series if s.mark_ends]
+        counts = [
+            int(m.group(1)) if (m := re.search(r"\((\d+) runs coincide\)", s.label)) else 1 for s in runs
+        ]
+        assert sum(counts) == sum(1 for r in res.tables["prompt"] if r["toy"] == key)
+    f = _drawn(prompt)
+    try:
+        for ax in f.axes:
+            # each run line adds a start (hollow) and an end marker on top of it
+            n_runs = sum(
+                1 for ln in ax.get_lines() if ln.get_marker() == "None" and ln.get_linestyle() == "-"
+            )
+            hollow = [
+                ln for ln in ax.get_lines() if ln.get_marker() == "o" and ln.get_markerfacecolor() == "white"
+            ]
+            assert len(hollow) == n_runs
+    finally:
+        _close(f)
+    glob = conv.panels[0]
+    (gd,) = glob.series
+    assert all(v > 0 for v in gd.y) and max(gd.y) < 1 - E.TOY_CORR
+    assert (1 - E.TOY_CORR) in [y for y, _ in glob.hlines]
+
+
+def test_coinciding_groups_runs_within_tolerance() -> None:
+    """Oracle: hand-made trajectories 0.5·TOY_COINCIDE apart (one line) and 2·TOY_COINCIDE apart (two)."""
+    base = np.array([[0.0, 1.0], [0.5, 0.5]])
+    near = base + 0.5 * E.TOY_COINCIDE
+    far = base + 2 * E.TOY_COINCIDE
+    groups = E._coinciding(
+        [(1.0, {"direction": base}), (2.0, {"direction": near}), (3.0, {"direction": far})]
+    )
+    assert [[y for y, _ in g] for g in groups] == [[1.0, 2.0], [3.0]]
