@@ -1796,7 +1796,9 @@ def lipschitz_family(size: str, seed: int, jobs: int, device: str, progress: Pro
     # Checked on ATTAINED constants (the bounds satisfy it by construction: the cap ½||𝓛|| is one of
     # their candidates). The linear estimate is the exact ||𝓛||₂ (constant Jacobian); each estimate is
     # an SVD of a full Jacobian, ~(nT + d²)·eps relative: 1e-12 covers two of them at these sizes.
-    half = [r for r in tables["weights"] if r["estimate_ratio_softmax/linear"] > 0.5 * (1 + 1e-12)]
+    # Compared as products, not through the ratio: two zero constants give the ratio 1 (0/0 = 1 by
+    # compare_lipschitz's convention) although ½·0 ≥ 0 holds.
+    half = [r for r in tables["weights"] if r["estimate_softmax"] > 0.5 * r["estimate_linear"] * (1 + 1e-12)]
     res.claim(
         "softmax-half-linear-weights",
         "weights map: attained softmax constant ≤ ½ · linear constant (from ||diag(s) − ssᵀ||₂ ≤ ½)",
