@@ -2,7 +2,9 @@
 
 Softmax attention trained by gradient descent converges in direction to the solution of
 a hard-margin SVM over tokens (Att-SVM); this package computes both exactly enough to be a
-reference, and checks the claims. See ``DESIGN.md`` for the conventions.
+reference, and checks the claims. Conventions (the model, the ``vec`` order, how a key/query
+projection maps onto ``W``) are in the documentation's "Theory and conventions" page
+(``docs/theory.md``).
 """
 
 from __future__ import annotations

@@ -662,7 +662,7 @@ DATA.npz holds (numpy.savez(path, X=X, Y=Y, v=v[, z=z, alpha=alpha])):
   X      (n, T, d)  float   tokens x_it of n sequences of T tokens
   Y      (n,)       ±1      labels
   v      (d,)       float   the fixed head: token score Y_i·vᵀx_it
-  z      (n, d)     float   optional queries z_i (default: self-attention, z_i = x_i1)
+  z      (n, d)     float   optional queries z_i (default: self-attention, z_i = x_i0, the first token)
   alpha  (n,)       int     optional selected token per sequence (0-based)
 Any finite magnitudes: the solution is computed on exactly rescaled data, and a result outside the
 double range is refused with a one-line error (exit 2)."""

@@ -20,7 +20,7 @@ at, and two procedures:
 The ordered registry :data:`CLAIMS` and :func:`prove_all` serve ``symbolic/`` (one test per
 claim) and ``attnsvm check`` / ``attnsvm reproduce``.
 
-Conventions (DESIGN.md): ``vec`` stacks columns, ``vec(M)[j·p + k] = M[k, j]``; Kronecker
+Conventions (the package's, see ``docs/theory.md``): ``vec`` stacks columns, ``vec(M)[j·p + k] = M[k, j]``; Kronecker
 ``(A ⊗ B)[i·p + k, j·q + l] = A[i, j] B[k, l]``; logits ``l_it = x_itᵀ W z_i``.
 
 References: Gao, Song, Xie, arXiv 2307.02419 (tensor trick, softmax regression and its

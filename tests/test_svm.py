@@ -40,7 +40,7 @@ PERTURB_RTOL = 1e-12
 #: gap of the nuclear-norm solution; we observe ≤ 3e-8 at d ≤ 32. 1e-6 allows the conditioning factor.
 NUC_GAP_TOL = 1e-6
 
-# (n, T, d) with d ≥ n and d ≥ T − 1, so every Att-SVM(α) is feasible (DESIGN.md)
+# (n, T, d) with d ≥ n and d ≥ T − 1, so every Att-SVM(α) is feasible (a full-rank d × d W can meet T − 1 independent margins per query)
 SHAPES = [(3, 3, 4), (4, 5, 6), (5, 4, 8), (6, 6, 16), (3, 6, 5), (6, 5, 6)]
 CASES = [
     (shape, fam, seed) for seed, shape in enumerate(SHAPES) for fam in A.FAMILIES[seed % 3 : seed % 3 + 1]
