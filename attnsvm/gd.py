@@ -45,12 +45,13 @@ from .errors import AttnSVMError, InvalidInstanceError, NumericalError
 from .grad import (
     CANCELLATION_FACTOR,
     CANCELLED_MESSAGE,
+    NEGLIGIBLE_LOG,
     GradDirection,
     normalized_risk_grad_of,
     risk_of,
 )
 from .instance import Instance, as_real_array
-from .losses import Loss, LossLike, _logistic_derivative, get_loss
+from .losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
 from .scaling import (
     FLOAT_MAX,
     FLOAT_TINY,
@@ -86,6 +87,7 @@ FloatArray = NDArray[np.float64]
 #: Smallest positive normal float64. A plain-GD gradient whose norm falls below it has lost
 #: relative precision (subnormal) or underflowed to 0: the update is no longer ``η∇L``.
 _TINY = float(np.finfo(np.float64).tiny)
+_EPS = float(np.finfo(np.float64).eps)
 
 
 # =================================================================== direction measures
@@ -855,6 +857,13 @@ class _TorchBatch:
     A GD step is :meth:`gradient` then :meth:`update_` (or :meth:`step_`, both): the iterate is
     updated in place by one fused pass, the unit direction never materialised;
     :meth:`direction` returns it for callers that need it.
+
+    Refusals, per instance, as :func:`attnsvm.grad.normalized_risk_grad_of`: ``cancelled`` where
+    ``||G|| ≤ CANCELLATION_FACTOR·(nT·eps·Σ|w_it| ||x_it|| ||z_i|| + VE)``, ``VE`` the rounding of the
+    token values carried into ``G`` (:meth:`_value_error`; exact copies of a token charge nothing),
+    and :attr:`undetermined` where ``ℓ'(Y_i f_i)`` is (:meth:`_check_undetermined`). Each is decided
+    by a cheap bound first (a few passes over ``(T, B, n)``, vectorised); the exact ``O(T²)`` terms
+    are formed only for the instances the bound does not clear.
     """
 
     #: Fast-path acceptance: the largest weight |w_it| of an instance must be ≥ this (its
@@ -871,6 +880,9 @@ class _TorchBatch:
     #: ``[1/NORM_SAFE, NORM_SAFE]`` (no overflow of ``Σ G²``, underflow below 1e-26 relative).
     NORM_SAFE = 1e140
     _LOG_NORM_SAFE = math.log(NORM_SAFE)
+    #: The cheap bound on the values' rounding error (:meth:`_value_bound_log`) is scaled by this, so
+    #: that its own rounding (≤ (T+d)·eps relative) cannot make it fall below the exact term.
+    VALUE_SAFETY = 1.01
 
     def __init__(
         self,
@@ -924,6 +936,10 @@ class _TorchBatch:
             torch.linalg.vector_norm(self.Xt, dim=1) * torch.linalg.vector_norm(self.zB, dim=2)
         ).contiguous()
         self._xz_max = self._xz.amax(dim=0)
+        # A sequence with z_i = 0 (or x_i· = 0) contributes nothing to G, however large its weights: it
+        # must not set the scale of an instance (its weights would mask the others' underflow).
+        self._live = (self._xz_max > 0).to(torch.float64)  # (B, n)
+        self._any_dead = not bool(self._live.all())
         self._cancel_rtol = CANCELLATION_FACTOR * n * T * float(np.finfo(np.float64).eps)
         self._neg_inf = torch.tensor(-math.inf, **kw)
         self.fast = bool(fast)
@@ -944,6 +960,35 @@ class _TorchBatch:
         #: calls of :meth:`direction` by path: "fast" (whole batch), "log" (whole batch),
         #: "mixed" (fast path with a log-domain subset).
         self.stats = {"fast": 0, "log": 0, "mixed": 0}
+        # --- the single form's refusals (grad.normalized_risk_grad_of), per instance -------------
+        # The values' own rounding: a_it = vᵀx_it is known to ±d·eps·m_it, m_it = Σ_k |v_k x_itk|.
+        self.amag = torch.einsum("tkbi,kb->tbi", self.Xt.abs(), vt.abs()).contiguous()  # m_it
+        self._amag_max = self.amag.amax(dim=0)  # (B, n)
+        # constant factor of the cheap value bound (see _value_bound_log): 4·d·eps·max m·max||x|| ||z||
+        # per sequence, and its log (−inf for a sequence with no value or no query: it adds nothing)
+        self._ve_const = self._amag_max * self._xz_max * (4.0 * d * _EPS * self.VALUE_SAFETY)
+        self._log_ve_const = torch.log(self._ve_const)
+        # the undetermined-ℓ' screen, per instance: δf_i ≤ [(T+d)·eps + 2d²·eps·||W||_F·max||x|| ||z||]·max|a|
+        a_abs_max = self.a.abs().amax(dim=0)  # (B, n): bounds Σ_t s_it |a_it|
+        self._df_c0 = ((T + d) * _EPS * a_abs_max).amax(dim=-1)  # (B,)
+        self._df_c1 = (2.0 * d * d * _EPS * self._xz_max * a_abs_max).amax(dim=-1)  # (B,)
+        self._d_eps = d * _EPS
+        # Exact-duplicate classes (constant): cls_it = the first token u with x_iu = x_it bitwise. A token
+        # and its copy have bitwise equal values, so their difference is exact (no rounding charged).
+        # Rows compared as d·8 raw bytes ((B, n, T, T), not (…, d)); + 0.0 turns −0 into +0, so that the
+        # test is the single form's X_t == X_u.
+        Xn = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
+        rows = Xn.view(np.dtype((np.void, 8 * d)))[..., 0]  # (B, n, T)
+        same = rows[:, :, :, None] == rows[:, :, None, :]  # (B, n, T, T)
+        cls = np.argmax(same, axis=-1)  # (B, n, T): first equal token
+        self._has_dup = bool(np.any(cls != np.arange(T)))
+        self._cls = torch.as_tensor(np.ascontiguousarray(cls.transpose(2, 0, 1)), **kw)  # (T, B, n)
+        # ℓ'(Y f) is undetermined where κ·δf > 1 (grad._output_spread); not for the correlation loss.
+        self._check_output = lo is not correlation
+        #: instances whose ℓ' is undetermined at the last call of :meth:`gradient` (``None``: none),
+        #: and ``(sequence, δf)`` of the first such instance, for the error message.
+        self.undetermined: Any | None = None
+        self.undetermined_detail: dict[int, tuple[int, float]] = {}
 
     def logits(self, W: Any) -> Any:
         """Logits ``l_it = x_itᵀ (W z_i)``, shape ``(T, B, n)`` (a reused buffer)."""
@@ -1026,6 +1071,14 @@ class _TorchBatch:
         # With ties, the largest tied score. (Not their mean: fl(fl(3γ)/3) ≠ γ for ~14% of doubles,
         # and ±1 ulp of δ swamps a saturated weight.)
         F = torch.floor(E, out=self._F)
+        # N_i S_i = Σ_{u ∉ dup(r)} E_iu for a maximiser r (the weight outside r's duplicates, for the
+        # bound on the values' rounding): a sum of positive terms, no cancellation. Without exact
+        # duplicates, E − F is E off the maximisers and 0 on them, and the other maximisers add ΣF − 1.
+        if self._has_dup:
+            cls_r = torch.mul(self._cls, F).amax(dim=0)  # the class of one maximiser
+            nsum = torch.where(self._cls != cls_r, E, 0.0).sum(dim=0)
+        else:
+            nsum = torch.sub(E, F).sum(dim=0).add_(F.sum(dim=0).sub_(1.0))  # ΣF − 1 first: an integer
         c = torch.mul(F, self.gamma, out=self._P).sum(dim=0)
         if bool(F.sum() != self._Bn):
             c = torch.where(F == 1.0, self.gamma, self._neg_inf, out=self._P).amax(dim=0)
@@ -1043,6 +1096,9 @@ class _TorchBatch:
         # w = E·(α δ − α ψ/S): the selected token's weight is −α ψ/S (δ = 0 there), no cancellation.
         a_psi = alpha * psi_s
         w = torch.addcmul(-a_psi, delta, alpha, out=self._w).mul_(E)
+        if self._any_dead:  # dead sequences (z_i = 0) neither contribute nor certify (see __init__)
+            w.mul_(self._live)
+            a_psi.mul_(self._live)
         # ok ⇔ wmax = max|w| finite, ≥ FAST_MIN_WEIGHT and ≥ κ Δ max|α| (NaN fails every comparison;
         # for the logistic loss the threshold is the constant upper bound of that, see _thr_bounded).
         # Shortcut (two passes saved): the token with E = 1 and δ = 0 has weight exactly −fl(α ψ/S),
@@ -1074,7 +1130,11 @@ class _TorchBatch:
         # own sum, C·nT·eps·Σ_it |w_it| ||x_it|| ||z_i||. Cheap sufficient test first, on (B, n)
         # arrays: Σ_t |w_it| ≤ |α_i| (S_i Δ_b + |ψ_i|) = |α_i| S_i (Δ_b + |ψ_i/S_i|).
         bound = (alpha.abs() * S).mul_(psi_s.abs().add_(self.delta_bound.view(B, 1)))
-        clear = nrm > self._cancel_rtol * bound.mul_(self._xz_max).sum(dim=-1)
+        # ... plus the values' rounding (grad.py's value-error term), bounded by
+        # 4·d·eps·Σ_i |ℓ'_i| N_i max_t m_it max_t ||x_it|| ||z_i||, |ℓ'_i| N_i = |α_i| nsum_i
+        # (see _value_bound_log for the derivation).
+        ve_ub = (alpha.abs() * nsum).mul_(self._ve_const).sum(dim=-1).mul_(CANCELLATION_FACTOR)  # 8·VE bound
+        clear = nrm > self._cancel_rtol * bound.mul_(self._xz_max).sum(dim=-1) + ve_ub
         good = in_range & clear
         if bool((good if ok is None else good | ~ok).all()):
             return G, nrm.reciprocal_(), log_nrm.sub_(self.log_n), ok, None
@@ -1090,16 +1150,27 @@ class _TorchBatch:
             log2_scale = e.to(nrm.dtype)
             log_nrm = torch.log(nrm)
         # the exact rounding level, in the same scale as G (w is not needed any more)
-        cancelled = ~(nrm > torch.ldexp(self._rounding_level(w, self._xz), -log2_scale.to(torch.int32)))
+        e2 = -log2_scale.to(torch.int32)
+        level = torch.ldexp(self._rounding_level(w, self._xz), e2)
+        cancelled = ~(nrm > level + torch.ldexp(ve_ub, e2))
         if ok is not None:
             cancelled &= ok
+        if bool(cancelled.any()):
+            # the cheap value bound does not clear: the exact value-rounding term, O(T²), for those only
+            idx = torch.nonzero(cancelled).squeeze(1)
+            ve = self._value_error(
+                l.index_select(1, idx),
+                idx,
+                torch.log(alpha.abs() * S).index_select(0, idx),
+                log2_scale.index_select(0, idx) * math.log(2.0),
+            )
+            cancelled[idx] = ~(nrm[idx] > level[idx] + CANCELLATION_FACTOR * ve)
         return G, nrm.reciprocal(), log_nrm + log2_scale * math.log(2.0) - self.log_n, ok, cancelled
 
-    def _direction_log(
-        self, l: Any, Xt: Any, gamma: Any, zB: Any, xz: Any, y: Any | None = None
-    ) -> tuple[Any, Any, Any]:
+    def _direction_log(self, l: Any, idx: Any | None = None, y: Any | None = None) -> tuple[Any, Any, Any]:
         """Log-domain direction of the instances in ``l`` (``(T, k, n)``), exact under underflow.
 
+        ``idx`` (``(k,)``): the instances of the batch that ``l`` holds, ``None`` for all of them.
         Returns ``(D, log_norm, cancelled)`` (``cancelled`` as in :meth:`_direction_fast`).
 
         Organised around a selected token ``r_i = argmax_t l_it`` so that it costs ``O(T)`` per
@@ -1124,6 +1195,17 @@ class _TorchBatch:
         """
         torch = self.torch
         B = l.shape[1]
+        if idx is None:
+            Xt, gamma, zB, xz = self.Xt, self.gamma, self.zB, self._xz
+            log_ve_const, xz_max, cls = self._log_ve_const, self._xz_max, self._cls
+        else:
+            Xt, gamma, zB = self.Xt.index_select(2, idx), self.gamma.index_select(1, idx), self.zB[idx]
+            xz, log_ve_const, xz_max = (
+                self._xz.index_select(1, idx),
+                self._log_ve_const[idx],
+                self._xz_max[idx],
+            )
+            cls = self._cls.index_select(1, idx)
         lr, r = torch.max(l, dim=0)  # selected token r (a first maximiser) and its logit
         r0 = r.unsqueeze(0)  # (1, B, n): index of the selected token, for scatter/gather
         g_r = gamma.gather(0, r0)  # (1, B, n): score of the selected token
@@ -1137,10 +1219,19 @@ class _TorchBatch:
             l1 = lm.amax(dim=0)  # runner-up (outside Z = {r})
             Z = lm.sub_(l1)  # l_u − l' ≤ 0, −inf at r
             E = torch.exp(Z)  # the runner-up's is 1: the weights that matter do not underflow
-            lse = torch.log1p(torch.exp(l1 - lr) * E.sum(dim=0))  # lse_i − l_ir = log Σ_t e^{l_t − l_r}
+            sum_nr = E.sum(dim=0)  # Σ_{u≠r} e^{l_u − l'} ≥ 1
+            lse = torch.log1p(torch.exp(l1 - lr) * sum_nr)  # lse_i − l_ir = log Σ_t e^{l_t − l_r}
+            # log N_i = log Σ_{u ∉ dup(r)} s_iu: Z = {r}, so r has no duplicate (a copy scores alike)
+            log_nd = (l1 - lr - lse) + torch.log(sum_nr)
         else:
             l2 = lm.amax(dim=0)  # runner-up among all u ≠ r, for lse (Σ ≥ 1: no underflow)
-            lse = torch.log1p(torch.exp(l2 - lr) * lm.sub_(l2).exp_().sum(dim=0))
+            sum_nr = lm.sub_(l2).exp_().sum(dim=0)
+            lse = torch.log1p(torch.exp(l2 - lr) * sum_nr)
+            if self._has_dup:  # the weight outside r's exact duplicates, as a log-sum-exp
+                outside = torch.where(cls != cls.gather(0, r0), l, -math.inf)
+                log_nd = torch.logsumexp(outside, dim=0) - lr - lse
+            else:
+                log_nd = (l2 - lr - lse) + torch.log(sum_nr)
             lo = torch.where(in_z, -math.inf, l)  # the logits outside Z
             l1 = lo.amax(dim=0)  # −inf when every token scores alike
             Z = lo.sub_(torch.where(torch.isfinite(l1), l1, torch.zeros_like(l1)))  # −inf on Z
@@ -1157,6 +1248,8 @@ class _TorchBatch:
         # e^{−lse} at r). Each c is O(Δ) or negligible (an E_u that underflows is below 1e-300 of the
         # runner-up's and of the rounding of the sum it enters).
         log_a = log_l + m
+        if self._any_dead:  # dead sequences (z_i = 0) do not set the scale (see __init__)
+            log_a = torch.where(xz_max > 0, log_a, -math.inf)
         top = log_a.amax(dim=-1)  # (B,)
         top_safe = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
         fac = torch.exp(log_a - top_safe.unsqueeze(-1))  # (B, n), ≤ 1
@@ -1176,10 +1269,127 @@ class _TorchBatch:
         e = torch.frexp(G.abs().amax(dim=(1, 2))).exponent
         G.mul_(torch.ldexp(torch.ones_like(top), -e).view(B, 1, 1))
         nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
-        # below the rounding level of its own sum (scaled as G): noise, not a direction
-        cancelled = ~(nrm > torch.ldexp(self._rounding_level(wsc, xz), -e))
+        # below the rounding level of its own sum (scaled as G): noise, not a direction; G's units are
+        # e^{−offset} times the true ones (the values' rounding term is formed in the same units)
+        offset = top_safe + e.to(top.dtype) * math.log(2.0)
+        level = torch.ldexp(self._rounding_level(wsc, xz), -e)
+        ve_ub = self._value_bound_log(log_l, log_nd, log_ve_const, offset)
+        cancelled = ~(nrm > level + CANCELLATION_FACTOR * ve_ub)
+        if bool(cancelled.any()):
+            # the cheap value bound does not clear: the exact value-rounding term, O(T²), for those only
+            sub = torch.nonzero(cancelled).squeeze(1)
+            ve = self._value_error(
+                l.index_select(1, sub),
+                sub if idx is None else idx[sub],
+                log_l.index_select(0, sub),
+                offset.index_select(0, sub),
+            )
+            cancelled[sub] = ~(nrm[sub] > level[sub] + CANCELLATION_FACTOR * ve)
         D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (reported as cancelled)
         return D, top + torch.log(nrm) + e.to(nrm.dtype) * math.log(2.0) - self.log_n, cancelled
+
+    def _value_bound_log(self, log_dl: Any, log_nd: Any, log_ve_const: Any, offset: Any) -> Any:
+        """Upper bound of the values' rounding term, per instance, in units of ``e^offset``: ``(k,)``.
+
+        The single form's term (grad._log_grad) is ``VE = d·eps·Σ_it |ℓ'_i| s_it Σ_{u∉dup(t)} s_iu
+        (m_it + m_iu) ||x_it|| ||z_i||`` (``dup(t)``: the exact copies of token t, itself included).
+        With ``N_i = Σ_{u∉dup(r)} s_iu`` for any token r: ``Σ_t s_t Σ_{u∉dup(t)} s_u ≤ 2 N_i`` (the
+        tokens of dup(r) carry ≤ 1 of weight, each with N_i outside; the others carry N_i, each
+        with ≤ 1 outside), so ``VE ≤ 4·d·eps·Σ_i |ℓ'_i| N_i max_t m_it max_t ||x_it|| ||z_i||``
+        (``log_ve_const`` holds the logarithm of everything but ``|ℓ'_i| N_i``). Formed from
+        logarithms (``N_i`` underflows once saturated; no term is ``+inf``, so no NaN); ``inf`` reads
+        as "not clear".
+        """
+        return self.torch.exp(log_dl + log_nd + log_ve_const - offset.unsqueeze(-1)).sum(dim=-1)
+
+    def _value_error(self, l: Any, idx: Any, log_dl: Any, offset: Any) -> Any:
+        """The values' rounding term of grad._log_grad, exactly (``O(T²)``), in units of ``e^offset``.
+
+        ``VE_b = d·eps·Σ_it |ℓ'_i| s_it Σ_{u: x_iu ≠ x_it} s_iu (m_it + m_iu) ||x_it|| ||z_i||`` for the
+        instances ``idx`` (logits ``l``, ``(T, k, n)``; ``log_dl = log|ℓ'_i|``, ``(k, n)``): the error
+        that the rounding of each value ``a = vᵀx`` (``±d·eps·m``) carries into ``G``. A token and its
+        exact copy have bitwise equal values and charge nothing. Overflow gives ``inf`` (refused).
+        """
+        torch = self.torch
+        k = l.shape[1]
+        Xt = self.Xt.index_select(2, idx)  # (T, d, k, n)
+        amag = self.amag.index_select(1, idx)
+        xz = self._xz.index_select(1, idx)
+        log_s = torch.log_softmax(l, dim=0)
+        different = (Xt.unsqueeze(1) != Xt.unsqueeze(0)).any(dim=2)  # (T, T, k, n): [t, u]
+        pair = log_s.unsqueeze(0) + torch.log(amag.unsqueeze(1) + amag.unsqueeze(0))  # log s_u (m_t + m_u)
+        log_mix = torch.logsumexp(pair.masked_fill(~different, -math.inf), dim=1)  # (T, k, n)
+        lg = log_dl.unsqueeze(0) + log_s + log_mix + torch.log(xz) - offset.view(1, k, 1)
+        lg = torch.nan_to_num(lg, nan=-math.inf)
+        return torch.exp(lg).sum(dim=(0, 2)).mul_(self._d_eps)
+
+    def _check_undetermined(self, W: Any, l: Any) -> None:
+        """Set :attr:`undetermined`: the instances where the single form refuses ``ℓ'(Y_i f_i)``.
+
+        As grad._output_spread / grad._refuse_undetermined: ``f_i`` is known only to ``±δf_i``,
+        ``δf_i = [(T+d)·eps + 2δl_i]·Σ_t s_it |a_it|`` with the logits' rounding
+        ``δl_i = d²·eps·max_t |x_it|ᵀ|W||z_i|``; ``ℓ'`` is undetermined where ``κ·δf_i > 1``
+        (``κ = σ(u + δf)`` for the logistic loss, 1 otherwise), and the instance is refused when such a
+        sequence's term, grown by ``e^{δf}``, is within ``e^{−NEGLIGIBLE_LOG}`` of the largest determined one.
+        Cheap test first: ``δl_i ≤ d²·eps·||W||_F max_t ||x_it|| ||z_i||`` and ``Σ s|a| ≤ max|a|``; where that
+        bound keeps ``δf ≤ ½`` (the common case, one small pass) nothing more is computed.
+        """
+        self.undetermined = None
+        self.undetermined_detail = {}
+        if not self._check_output:
+            return
+        torch = self.torch
+        T, d = self.T, self.d
+        wn = torch.linalg.vector_norm(W.reshape(W.shape[0], -1), dim=1)  # (B,)
+        maybe = ~(torch.addcmul(self._df_c0, wn, self._df_c1) <= 0.5)  # δf ≤ ½ for sure; NaN: maybe
+        if not bool(maybe.any()):
+            return
+        idx = torch.nonzero(maybe).squeeze(1)
+        ls = l.index_select(1, idx)  # (T, k, n)
+        Xt = self.Xt.index_select(2, idx)  # (T, d, k, n)
+        zB, a, Y = self.zB[idx], self.a.index_select(1, idx), self.Y[idx]
+        xz = self._xz.index_select(1, idx)
+        log_s = torch.log_softmax(ls, dim=0)
+        s = torch.exp(log_s)
+        u = Y * (s * a).sum(dim=0)  # Y_i f_i (k, n)
+        q = torch.bmm(W[idx].abs(), zB.abs().transpose(1, 2))  # |W||z_i|: (k, d, n)
+        lmag = torch.einsum("tdki,kdi->tki", Xt.abs(), q).amax(dim=0)  # max_t |x_it|ᵀ|W||z_i|
+        log_dl = torch.log(d * d * _EPS * lmag)
+        log_m = torch.log((s * a.abs()).sum(dim=0))
+        log_df = log_m + torch.logaddexp(
+            torch.full_like(log_m, math.log((T + d) * _EPS)), math.log(2.0) + log_dl
+        )
+        df = torch.exp(log_df.clamp(max=700.0))
+        if self.lo is logistic:
+            log_k = -torch.logaddexp(torch.zeros_like(u), -(u + df))  # κ = σ(u + δf) ≤ 1
+        else:
+            log_k = torch.zeros_like(u)
+        # each sequence's largest term log(|ℓ'_i| s_it |c_it| ||x_it|| ||z_i||), c_it = Σ_u s_iu (a_it − a_iu)
+        # from its positive and negative parts (log-sum-exp: nothing underflows)
+        diff = a.unsqueeze(1) - a.unsqueeze(0)  # [t, u]: a_t − a_u
+        with torch.no_grad():
+            terms = log_s.unsqueeze(0) + torch.log(diff.abs())
+            log_p = torch.logsumexp(terms.masked_fill(~(diff > 0), -math.inf), dim=1)
+            log_n = torch.logsumexp(terms.masked_fill(~(diff < 0), -math.inf), dim=1)
+            hi, lo = torch.maximum(log_p, log_n), torch.minimum(log_p, log_n)
+            log_c = torch.where(torch.isneginf(hi), hi, hi + torch.log1p(-torch.exp(lo - hi)))
+            log_c = torch.nan_to_num(log_c, nan=-math.inf)
+            _, log_l = self._signed_log_dl(u)
+            size = (log_l.unsqueeze(0) + log_s + log_c + torch.log(xz)).amax(dim=0)  # (k, n)
+        live = torch.isfinite(size)
+        bad = (log_df + log_k > 0.0) & live
+        if not bool(bad.any()):
+            return
+        best_ok = torch.where(live & ~bad, size, -math.inf).amax(dim=-1, keepdim=True)
+        matter = bad & (size + df >= best_ok - NEGLIGIBLE_LOG)
+        hit = matter.any(dim=-1)
+        if not bool(hit.any()):
+            return
+        self.undetermined = torch.zeros(self.B, dtype=torch.bool, device=l.device)
+        self.undetermined[idx[hit]] = True
+        for j in torch.nonzero(hit).squeeze(1).tolist():
+            i = int(torch.nonzero(matter[j])[0])
+            self.undetermined_detail[int(idx[j])] = (i, float(df[j, i]))
 
     def _parts(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
         """``(G, inv, log_norm, cancelled)``: the direction of ``∇L(W_b)`` is ``G_b·inv_b`` (``G`` a reused buffer).
@@ -1198,9 +1408,10 @@ class _TorchBatch:
         if self.fast and self._log_streak > 0:
             self._log_streak -= 1
             use_log = True  # most of the batch was saturated a moment ago (see LOG_FRACTION)
+        self._check_undetermined(W, l)  # the single form's undetermined-ℓ' refusal, per instance
         if use_log:
             self.stats["log"] += 1
-            D, log_norm, cancelled = self._direction_log(l, self.Xt, self.gamma, self.zB, self._xz, self._y)
+            D, log_norm, cancelled = self._direction_log(l, None, self._y)
             return D, torch.ones_like(log_norm), log_norm, cancelled
         G, inv, log_norm, ok, cancelled = self._direction_fast(l)
         if ok is None or bool(ok.all()):
@@ -1210,17 +1421,11 @@ class _TorchBatch:
         if n_bad > self.LOG_FRACTION * B:
             self._log_streak = self.LOG_RETRY - 1
             self.stats["log"] += 1
-            D, log_norm, cancelled = self._direction_log(l, self.Xt, self.gamma, self.zB, self._xz, self._y)
+            D, log_norm, cancelled = self._direction_log(l, None, self._y)
             return D, torch.ones_like(log_norm), log_norm, cancelled
         self.stats["mixed"] += 1
         idx = torch.nonzero(~ok).squeeze(1)
-        D_s, ln_s, c_s = self._direction_log(
-            l.index_select(1, idx),
-            self.Xt.index_select(2, idx),
-            self.gamma.index_select(1, idx),
-            self.zB.index_select(0, idx),
-            self._xz.index_select(1, idx),
-        )
+        D_s, ln_s, c_s = self._direction_log(l.index_select(1, idx), idx)
         G[idx] = D_s
         inv[idx] = 1.0
         log_norm[idx] = ln_s
@@ -1244,8 +1449,9 @@ class _TorchBatch:
         """``(G, inv, log_norm, cancelled)``: the direction is ``G·inv``, ``log_norm = log||∇L(W)||``.
 
         ``cancelled`` (B,) bool, or ``None`` for none: instances whose gradient is below the
-        rounding level of its own sum, where the direction is noise (``run_gd_batch`` raises, as
-        :func:`run_gd` does).
+        rounding level of its own sum or of the token values, where the direction is noise
+        (``run_gd_batch`` raises, as :func:`run_gd` does). :attr:`undetermined` is set alongside:
+        the instances whose loss derivative is undetermined (``run_gd_batch`` raises for those too).
         """
         return self._parts(W)
 
@@ -1279,6 +1485,15 @@ class _TorchBatch:
         _, log_s = self.log_s(W)
         f = (self.torch.exp(log_s) * self.a).sum(dim=0)
         return self.lo.value(self.Y * f).mean(dim=-1)
+
+
+def _undetermined_message(i: int, df: float) -> str:
+    """The single form's undetermined-ℓ' message (grad._refuse_undetermined), for sequence ``i``."""
+    return (
+        f"the output f_{i} = Σ_t s_it vᵀx_it is known only to ±{df:.3g} (values of both signs "
+        "cancel under rounded weights): the loss derivative ℓ'(Y_i f_i) is undetermined in float64 "
+        "(its relative error e^{δf} − 1 exceeds 1). Rescale v, or use the correlation loss"
+    )
 
 
 def run_gd_batch(
@@ -1320,9 +1535,17 @@ def run_gd_batch(
     Returns:
       :class:`BatchTrajectory` (NumPy arrays; ``W`` has shape ``(B, d, d)``).
 
+    Refusals: the single form's, per instance and step. At a step whose direction is refused —
+    its contributions cancel to the rounding level of their own sum or of the token values
+    (normalized GD), or ``ℓ'(Y_i f_i)`` is undetermined (either update) — raises
+    :class:`~attnsvm.NumericalError` ``"<normalized|plain> GD at step t: instance b: <the single form's
+    message>"``, ``t`` the iterate whose gradient was refused (:func:`run_gd` numbers it ``t + 1``, the
+    iterate it was building).
+
     Scale: as :func:`run_gd` (each instance rescaled by its own powers of two; the same errors, per
     instance, at record steps and where a step fails); agrees with :func:`run_gd` to ~1e-8 relative
-    (measured ≤ 1e-13) at every scale.
+    (measured ≤ 1e-13) at every scale where float64 determines the direction (the rounding of the
+    values and logits moves it by less than 1e-11), and refuses where :func:`run_gd` does.
     """
     import torch
 
@@ -1397,6 +1620,13 @@ def run_gd_batch(
             log_norm1 = parts[2]  # of the rescaled problem: scale-free (saturation test)
             log_norm = log_norm1 + k_shift  # log||∇L(W_t)|| = log||∇_{W'}L|| + k log 2
             cancelled = parts[3]
+            if eng.undetermined is not None and bool(eng.undetermined.any()):
+                # the single form's refusal (grad._refuse_undetermined), for either update
+                check_logits(W, t)
+                b = int(torch.nonzero(eng.undetermined)[0])
+                i, df = eng.undetermined_detail[b]
+                kind = "normalized" if normalized else "plain"
+                raise NumericalError(f"{kind} GD at step {t}: instance {b}: {_undetermined_message(i, df)}")
             if normalized and cancelled is not None and bool(cancelled.any()):
                 check_logits(W, t)
                 i = int(torch.nonzero(cancelled)[0])

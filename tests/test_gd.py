@@ -806,22 +806,22 @@ def test_pow2_factors_are_doubles_whose_product_is_two_to_the_k() -> None:
 def test_batched_log_domain_path_scales_each_instance_by_its_own_gradient() -> None:
     """One instance with O(1) token values, one with values ~1e-200 (gradient ~1e-200: Σ G² would
     underflow unless each instance is scaled by its own largest entry): both equal the
-    single-instance direction."""
-    from attnsvm.gd import _stack_instances, _TorchBatch
+    single-instance direction. Through the public API: one step of lr = 1 from W0 gives
+    W_1 = W0 − D (D to ≤ eps·max|W0| ≈ 7e-17 from W0 − W_1), and the record at step 0 holds
+    log10||∇L(W0)||."""
     from attnsvm.grad import normalized_risk_grad_of
     from attnsvm.losses import logistic
 
     a, b = A.random_instance(4, 6, 8, seed=0), A.random_instance(4, 6, 8, seed=1)
     b = A.Instance(X=b.X, Y=b.Y, z=b.z, v=1e-200 * b.v)
-    X, Y, z, v = _stack_instances([a, b])
     W = np.stack([0.3 * np.eye(8), 0.3 * np.eye(8)])
     for fast in (True, False):
-        eng = _TorchBatch(X, Y, z, v, logistic, torch.device("cpu"), fast=fast)
-        D, ln = eng.direction(torch.as_tensor(W))
-        for i in range(2):
-            ref = normalized_risk_grad_of(X[i], Y[i], z[i], v[i], W[i], logistic)
-            assert np.linalg.norm(D[i].numpy() - ref.direction) <= RTOL_FAST_PATH
-            assert abs(float(ln[i]) - ref.log_norm) <= RTOL_FAST_PATH * abs(ref.log_norm)
+        tr = run_gd_batch([a, b], 1, 1.0, W0=W, record_at=[0], fast_path=fast)
+        for i, inst in enumerate((a, b)):
+            ref = normalized_risk_grad_of(inst.X, inst.Y, inst.z, inst.v, W[i], logistic)
+            assert np.linalg.norm((W[i] - tr.W[i]) - ref.direction) <= RTOL_FAST_PATH
+            ln = float(tr.log10_grad_norms[0, i]) * np.log(10.0)
+            assert abs(ln - ref.log_norm) <= RTOL_FAST_PATH * abs(ref.log_norm)
 
 
 class _DuckLogistic:
@@ -929,6 +929,7 @@ def test_batched_fast_path_hands_overflowing_weights_to_the_log_domain() -> None
         inst = A.random_instance(4, 6, 8, seed=s)
         margin = float(np.min(inst.Y * (inst.X @ inst.v).mean(axis=1)))  # Y_i f_i at W = 0 (uniform s)
         insts.append(A.Instance(X=inst.X, Y=inst.Y, z=inst.z, v=inst.v * (-705.0 / margin)))
+    # private engine: run_gd_batch would refuse to record the risk here (e^{705+} overflows)
     X, Y, z, v = _stack_instances(insts)
     W = np.zeros((2, 8, 8))
     eng = _TorchBatch(X, Y, z, v, exponential, torch.device("cpu"), fast=True)
