@@ -1347,8 +1347,8 @@ def solve_svm(
     Raises:
       InfeasibleSVMError: the constraints cannot be met (names the sequence and the reason).
       SolverError: a conic solver did not return status ``OPTIMAL``.
-      UnknownNameError: unknown ``norm`` or ``method``; AttnSVMError: ``method="dual"``/``"vector"``
-      with ``norm="nuc"``, or a bad ``alpha``.
+      UnknownNameError: unknown ``norm`` or ``method``.
+      AttnSVMError: ``method="dual"``/``"vector"`` with ``norm="nuc"``, or a bad ``alpha``.
     """
     if not isinstance(inst, Instance):
         raise InvalidInstanceError(f"inst must be an attnsvm.Instance; got {type(inst).__name__}")
