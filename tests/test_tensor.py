@@ -294,3 +294,47 @@ def test_tiny_margin_from_cancelling_large_terms_is_within_its_error_bound() -> 
     X = np.array([[[1.0, 1.0], [0.0, 0.0]]])
     inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), np.array([[1.0, -1.0]]))
     assert svm_margins(inst, np.eye(2), np.array([0]))[0] == 0.0
+
+
+def _two_term_instance(delta: tuple[float, float], z: tuple[float, float]) -> A.Instance:
+    """n = 1, T = 2, d = 2: x_α = delta, x_t = 0, query z; with W diagonal the margin is a sum of two
+    exactly known terms delta_k·W_kk·z_k."""
+    X = np.array([[list(delta), [0.0, 0.0]]])
+    return A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), np.array([list(z)]))
+
+
+@pytest.mark.parametrize(
+    ("case", "refused", "expected"),
+    [
+        # d = 1, value (1+2^-52)·2^-1024: bound eps·|value| ≈ 2^-1076 < 2^-1075, inexact on the grid.
+        ("d1-below-threshold", True, None),
+        # d = 1, value (1+2^-52)·2^-1023: bound (1+2^-52)·2^-1075 ≥ 2^-1075: returned, rounded to even.
+        ("d1-above-threshold", False, 2.0**-1023),
+        # d = 2, terms ±2^-1026·(1±2^-52): Σ|terms| = 2^-1025, bound 4·eps·2^-1025 = 2^-1075 exactly
+        # (not below it): value 2^-1077 is returned as 0.0, within the bound.
+        ("d2-at-threshold", False, 0.0),
+        # d = 2, terms ±2^-1027·(1±2^-52): bound 2^-1076 < 2^-1075, value 2^-1078: refused.
+        ("d2-below-threshold", True, None),
+    ],
+)
+def test_subnormal_margin_refused_exactly_when_rounding_may_exceed_the_bound(
+    case: str, refused: bool, expected: float | None
+) -> None:
+    """The documented rule: a margin below the normal range is returned when its rounding to the
+    subnormal grid (≤ 2^-1075) stays within d²·eps·Σ|Δ_k W_kj z_j|, and refused when that bound is below
+    2^-1075 and the value is not exact. Oracle: the exact values in the comments (powers of two)."""
+    if case.startswith("d1"):
+        scale = -1024 if case == "d1-below-threshold" else -1023
+        inst = _one_row_instance(1.0 + 2.0**-52, 2.0 ** (scale + 1000))
+        W = np.array([[2.0**-1000]])
+    else:
+        half = -1026 if case == "d2-at-threshold" else -1027
+        inst = _two_term_instance(
+            (1.0 + 2.0**-52, 1.0 - 2.0**-52), (2.0 ** (half + 500), -(2.0 ** (half + 500)))
+        )
+        W = 2.0**-500 * np.eye(2)
+    if refused:
+        with pytest.raises(NumericalError, match=r"the Att-SVM margins .* underflows"):
+            svm_margins(inst, W, np.array([0]))
+    else:
+        assert svm_margins(inst, W, np.array([0]))[0] == expected
