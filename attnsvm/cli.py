@@ -2,9 +2,11 @@
 
 Subcommands:
 
-* ``attnsvm reproduce [--out DIR] [--size small|paper] [--seed N] [--jobs N] [--device cpu|cuda]``
-  runs the experiment families (:mod:`attnsvm.experiments`) and writes the verification report
-  (:mod:`attnsvm.report`); exit 1 naming the failed claims when a check fails.
+* ``attnsvm reproduce [--out DIR] [--size small|paper] [--seed N] [--jobs N] [--device cpu|cuda]
+  [--scheduler local|dask|tcp://HOST:PORT] [--resume | --force]`` runs the experiment families
+  (:mod:`attnsvm.experiments`; on Dask: :mod:`attnsvm.distributed`) and writes the verification
+  report (:mod:`attnsvm.report`), saving each finished family so that ``--resume`` continues a
+  killed run (:mod:`attnsvm.checkpoint`); exit 1 naming the failed claims when a check fails.
 * ``attnsvm check`` — a fast self-check of the installed package (symbolic proofs, a short
   property run); exit 0/1.
 * ``attnsvm bench [--quick] [--json FILE]`` — the SVM and GD benchmarks, side by side.
@@ -349,9 +351,20 @@ REPORT_TABLE_WIDTH = 160
 RESULTS_FILE = "results.json"
 
 
+def _report_entry(e: Path) -> bool:
+    """Whether ``e`` is part of an earlier run: a file, or the checkpoint folder holding only files."""
+    from .checkpoint import FAMILIES_DIR
+
+    if e.is_file():
+        return True
+    return e.name == FAMILIES_DIR and e.is_dir() and all(f.is_file() for f in e.iterdir())
+
+
 def _prepare_out_dir(out_dir: Path, *, force: bool) -> None:
     """Refuse to mix a new run into a folder holding other files; with ``force``, clear a folder that
-    holds an earlier report (and nothing that is not a file)."""
+    holds an earlier report or an interrupted run (its files and checkpoint folder, nothing else)."""
+    from .checkpoint import MANIFEST_FILE
+
     if not out_dir.exists() or not out_dir.is_dir():
         return
     entries = sorted(out_dir.iterdir())
@@ -359,17 +372,24 @@ def _prepare_out_dir(out_dir: Path, *, force: bool) -> None:
         return
     names = ", ".join(e.name for e in entries[:3]) + (", ..." if len(entries) > 3 else "")
     if not force:
+        hint = " (an interrupted run: --resume continues it)" if (out_dir / MANIFEST_FILE).is_file() else ""
         raise InputError(
-            f"--out {out_dir} already holds {len(entries)} files ({names}); a new report would mix with them: "
-            "choose an empty or new folder, or pass --force to clear an earlier report there"
+            f"--out {out_dir} already holds {len(entries)} files ({names}){hint}; a new report would mix with "
+            "them: choose an empty or new folder, or pass --force to clear an earlier report there"
         )
-    if not (out_dir / RESULTS_FILE).is_file() or any(not e.is_file() for e in entries):
+    marked = (out_dir / RESULTS_FILE).is_file() or (out_dir / MANIFEST_FILE).is_file()
+    if not marked or not all(_report_entry(e) for e in entries):
         raise InputError(
-            f"--out {out_dir} does not look like an attnsvm report folder (no {RESULTS_FILE}, or it holds "
-            "folders); --force clears only earlier reports: choose an empty or new folder"
+            f"--out {out_dir} does not look like an attnsvm report folder (no {RESULTS_FILE} or {MANIFEST_FILE}, "
+            "or it holds other folders); --force clears only earlier reports: choose an empty or new folder"
         )
     for e in entries:
-        e.unlink()
+        if e.is_dir():  # the checkpoint folder (checked above: files only)
+            for f in e.iterdir():
+                f.unlink()
+            e.rmdir()
+        else:
+            e.unlink()
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -379,10 +399,18 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from . import experiments as E
+    from .checkpoint import MANIFEST_FILE, CheckpointError, RunCheckpoint, run_settings
+    from .distributed import DistributedError, check_scheduler
     from .report import failed_claims, summary_rows, write_report
 
     if args.jobs < 1:
         raise InputError(f"--jobs must be ≥ 1; got {args.jobs}")
+    try:
+        check_scheduler(args.scheduler)
+    except DistributedError as exc:
+        raise InputError(str(exc)) from None
+    if args.resume and args.force:
+        raise InputError("--resume continues the run in --out and --force clears it: pass one of them")
     if args.device not in ("cpu", "cuda"):
         raise InputError(f"--device must be cpu or cuda; got {args.device!r}")
     if args.device == "cuda":
@@ -399,15 +427,44 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             raise InputError(
                 f"--only: unknown family {unknown[0]!r}; known: {', '.join(sorted(E.FAMILY_REGISTRY))}"
             )
+    selected = [s.name for s in sorted(E.FAMILY_REGISTRY.values(), key=lambda s: (s.order, s.name))]
+    selected = [n for n in selected if names is None or n in names]
     out_dir = Path(args.out).resolve()
-    _prepare_out_dir(out_dir, force=args.force)
+    # Resumable: each finished family is saved under --out with a manifest of the run's settings.
+    ckpt = RunCheckpoint(
+        out_dir, run_settings(size=args.size, seed=args.seed, device=args.device, families=selected)
+    )
+    finished: dict[str, E.FamilyResult] = {}
+    fresh = not (out_dir.is_dir() and any(out_dir.iterdir()))
+    if args.resume and not fresh:
+        if not (out_dir / MANIFEST_FILE).is_file():
+            raise InputError(
+                f"--resume: {out_dir} holds no {MANIFEST_FILE} (not an interrupted attnsvm run); choose the "
+                "run's own --out, or an empty folder"
+            )
+        try:
+            finished = ckpt.resume()
+        except CheckpointError as exc:
+            raise InputError(str(exc)) from None
+    else:
+        if args.resume:
+            print(f"--resume: nothing to resume in {out_dir}; starting a new run", file=sys.stderr)
+        _prepare_out_dir(out_dir, force=args.force)
     try:  # fail now, not after minutes of computing
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / ".attnsvm-write-test"
         probe.write_text("")
         probe.unlink()
+        if not finished:
+            ckpt.start()
     except OSError as exc:
         raise InputError(f"--out {args.out}: cannot write there ({exc.strerror or exc})") from None
+    if finished:
+        print(
+            f"resuming {out_dir}: {len(finished)} of {len(selected)} families already finished "
+            f"({', '.join(finished)})",
+            file=sys.stderr,
+        )
     _configure_threads()
     console = Console(stderr=True)
     t0 = time.perf_counter()
@@ -428,12 +485,36 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
             return cb
 
-        results = E.run_families(args.size, args.seed, args.jobs, args.device, names, factory)
+        def save(res: E.FamilyResult) -> None:
+            try:
+                ckpt.save(res)
+            except (CheckpointError, OSError) as exc:  # e.g. an extra family's value of an unstorable type
+                progress.console.print(f"warning: {res.name} not saved for --resume ({exc}); the run goes on")
+            if args.quiet:
+                return
+            status = "FAIL" if res.failed else ("not available" if not res.available else "done")
+            progress.console.print(f"{res.title}: {status} ({res.elapsed_s:.1f} s)")
+
+        try:
+            results = E.run_families(
+                args.size,
+                args.seed,
+                args.jobs,
+                args.device,
+                names,
+                factory,
+                scheduler=args.scheduler,
+                finished=finished,
+                on_result=save,
+            )
+        except DistributedError as exc:
+            raise InputError(str(exc)) from None
     elapsed = time.perf_counter() - t0
     settings = {
         "size": args.size,
         "seed": args.seed,
         "jobs": args.jobs,
+        "scheduler": args.scheduler,
         "device": args.device,
         "elapsed_s": round(elapsed, 1),
     }
@@ -728,9 +809,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--quiet", action="store_true", help="no progress bars or summary table")
     r.add_argument(
+        "--scheduler",
+        default="local",
+        metavar="{local,dask,tcp://HOST:PORT}",
+        help="where the families run: local (this process, or --jobs worker processes), dask (a Dask "
+        "LocalCluster of --jobs processes) or tcp://HOST:PORT (an existing Dask scheduler); the results are "
+        "the same (default: local; dask needs pip install 'attnsvm[distributed]')",
+    )
+    r.add_argument(
         "--force",
         action="store_true",
-        help="clear an earlier report in --out first (default: refuse a folder that is not empty)",
+        help="clear an earlier report or interrupted run in --out first (default: refuse a folder that is "
+        "not empty)",
+    )
+    r.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted run in --out: families it finished are not run again (its size, "
+        "seed, device, families and attnsvm version must be the ones given now)",
     )
     r.set_defaults(func=cmd_reproduce)
 

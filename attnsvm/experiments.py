@@ -26,7 +26,7 @@ import math
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -335,22 +335,33 @@ def run_families(
     device: str = "cpu",
     names: Sequence[str] | None = None,
     progress_factory: Callable[[FamilySpec], ProgressFn] | None = None,
+    *,
+    scheduler: str = "local",
+    finished: Mapping[str, FamilyResult] | None = None,
+    on_result: Callable[[FamilyResult], None] | None = None,
 ) -> list[FamilyResult]:
     """Run the registered families (all, or ``names``) and return their results in report order.
 
-    With ``jobs > 1`` the families run in ``jobs`` worker processes (spawned, one torch thread
-    each); every family is seeded on its own, so the results do not depend on ``jobs``.
+    Every family is seeded on its own and computes with one torch thread, so the results do not
+    depend on ``jobs`` or ``scheduler``: with ``scheduler="local"`` and ``jobs > 1`` the families
+    run in ``jobs`` spawned worker processes; with ``"dask"`` or ``"tcp://host:port"`` each is a
+    Dask task (:mod:`attnsvm.distributed`).
 
     Args:
       size, seed, jobs, device: as :func:`run_family`.
       names: family names to run (``None``: all registered ones).
-      progress_factory: called once per family, returns its ``progress(done, total)`` callback.
+      progress_factory: called once per family that runs, returns its ``progress(done, total)``.
+      scheduler: ``"local"`` (this machine: serial, or a process pool with ``jobs > 1``),
+        ``"dask"`` (a Dask LocalCluster of ``jobs`` processes) or ``"tcp://host:port"``.
+      finished: results of families already computed (a resumed run): returned as they are, not run.
+      on_result: called in this process with each result as it finishes (e.g. to checkpoint it).
 
     Returns:
       One :class:`FamilyResult` per family, in report order (``FamilySpec.order``).
 
     Raises:
       UnknownNameError: a name in ``names`` is not registered.
+      attnsvm.distributed.DistributedError: the Dask scheduler cannot be used.
     """
     specs = sorted(FAMILY_REGISTRY.values(), key=lambda s: (s.order, s.name))
     if names is not None:
@@ -358,9 +369,42 @@ def run_families(
         if unknown:
             raise unknown_name("experiment family", unknown[0], tuple(s.name for s in specs))
         specs = [s for s in specs if s.name in names]
-    progs = {s.name: (progress_factory(s) if progress_factory is not None else _no_progress) for s in specs}
-    if jobs <= 1 or len(specs) <= 1:
-        return [run_family(s, size, seed, 1, device, progs[s.name]) for s in specs]
+    done: dict[str, FamilyResult] = dict(finished or {})
+    todo = [s for s in specs if s.name not in done]
+    progs = {s.name: (progress_factory(s) if progress_factory is not None else _no_progress) for s in todo}
+
+    def finish(res: FamilyResult) -> None:
+        done[res.name] = res
+        if on_result is not None:
+            on_result(res)
+
+    if not todo:
+        pass
+    elif scheduler != "local":
+        from .distributed import run_families_dask
+
+        run_families_dask(
+            todo, size, seed, device, scheduler=scheduler, jobs=jobs, progress=progs, on_result=finish
+        )
+    elif jobs <= 1 or len(todo) <= 1:
+        for s in todo:
+            finish(run_family(s, size, seed, 1, device, progs[s.name]))
+    else:
+        _run_in_pool(todo, size, seed, jobs, device, progs, finish)
+    return [done[s.name] for s in specs]
+
+
+def _run_in_pool(
+    specs: Sequence[FamilySpec],
+    size: str,
+    seed: int,
+    jobs: int,
+    device: str,
+    progs: Mapping[str, ProgressFn],
+    finish: Callable[[FamilyResult], None],
+) -> None:
+    """The families in ``jobs`` spawned worker processes (one torch thread each); ``finish`` gets each
+    result in this process as it completes."""
     import multiprocessing
     import queue as queue_mod
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -379,15 +423,16 @@ def run_families(
 
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init) as ex:
             futs = {
-                s.name: ex.submit(_run_in_worker, s.run.__module__, s.name, size, seed, device, q)
+                ex.submit(_run_in_worker, s.run.__module__, s.name, size, seed, device, q): s.name
                 for s in specs
             }
-            pending = set(futs.values())
+            pending = set(futs)
             while pending:
-                _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                ready, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                 drain()
+                for fut in ready:
+                    finish(fut.result())
         drain()
-        return [futs[s.name].result() for s in specs]
 
 
 # ------------------------------------------------------------------------------ helpers

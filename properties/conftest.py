@@ -7,7 +7,10 @@ Profiles (choose with ``ATTNSVM_HYPOTHESIS_PROFILE``; see ``properties/README.md
   function of the test's code only, so the outcome is the same serially and under
   ``-n 2``), no deadline, reproduction blobs printed, no database;
 * ``sweep`` — what ``tox -e sweep`` runs: thousands of examples per test, random seeds
-  (or a given sweep seed, see sharding), example database on.
+  (or a given sweep seed, see sharding), example database on: this machine's
+  ``.hypothesis/examples``, or one every machine of the sweep reaches, named by
+  ``ATTNSVM_EXAMPLE_DB`` (``redis://host:port/db`` or ``dir:/shared/path``; see
+  :func:`example_database`).
 
 Relation to Hypothesis's built-in ``ci`` profile. Hypothesis registers a profile named
 ``ci`` and loads it at import when it sees ``CI`` (or a vendor CI variable) in the
@@ -43,7 +46,7 @@ from pathlib import Path
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, Verbosity, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 
 def _register_helper(name: str) -> None:
@@ -106,12 +109,59 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     database=None,
 )
+EXAMPLE_DB_ENV = "ATTNSVM_EXAMPLE_DB"
+#: The sweep's example database when ``ATTNSVM_EXAMPLE_DB`` is unset: this machine's folder.
+LOCAL_EXAMPLE_DB = ".hypothesis/examples"
+
+
+def example_database(spec: str | None) -> ExampleDatabase:
+    """The sweep profile's example database, from ``ATTNSVM_EXAMPLE_DB`` (``spec``).
+
+    * unset or empty: ``DirectoryBasedExampleDatabase(".hypothesis/examples")`` (this machine only);
+    * ``redis://host:port/db`` (or ``rediss://``, ``unix://``: any URL redis-py reads): a
+      ``RedisExampleDatabase`` every machine of a sweep can reach, so a counterexample found on one
+      is replayed first on all (needs ``pip install 'attnsvm[distributed]'``); the server is asked
+      once here, so an unreachable one stops the run before any test;
+    * ``dir:/shared/path``: a ``DirectoryBasedExampleDatabase`` on a filesystem the machines share.
+    """
+    spec = (spec or "").strip()
+    if not spec:
+        return DirectoryBasedExampleDatabase(LOCAL_EXAMPLE_DB)
+    if spec.startswith("dir:"):
+        path = spec[len("dir:") :]
+        if not path:
+            raise pytest.UsageError(f"{EXAMPLE_DB_ENV}=dir:PATH needs a folder; got {spec!r}")
+        return DirectoryBasedExampleDatabase(path)
+    if spec.split("://", 1)[0] in ("redis", "rediss", "unix"):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError as exc:
+            raise pytest.UsageError(
+                f"{EXAMPLE_DB_ENV}={spec}: the redis client is not installed ({exc}): "
+                "pip install 'attnsvm[distributed]'"
+            ) from None
+        client = redis.Redis.from_url(spec)
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            raise pytest.UsageError(
+                f"{EXAMPLE_DB_ENV}={spec}: the redis server does not answer ({exc})"
+            ) from None
+        return RedisExampleDatabase(client)
+    raise pytest.UsageError(
+        f"{EXAMPLE_DB_ENV}={spec!r}: use redis://host:port/db (a redis server every machine reaches) or "
+        "dir:/shared/path (a folder on a shared filesystem)"
+    )
+
+
 settings.register_profile(
     "sweep",
     max_examples=MAX_EXAMPLES["sweep"],
     derandomize=False,
     deadline=None,
-    database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
+    # This machine's folder; replaced below by the one ATTNSVM_EXAMPLE_DB names when the sweep runs.
+    database=DirectoryBasedExampleDatabase(LOCAL_EXAMPLE_DB),
     print_blob=True,
     verbosity=Verbosity.normal,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -128,6 +178,11 @@ def _profile_name() -> str:
 
 
 PROFILE = _profile_name()
+if PROFILE == "sweep":
+    # Built only for a sweep (a redis URL is pinged): shared across machines when the variable is set.
+    settings.register_profile(
+        "sweep", settings.get_profile("sweep"), database=example_database(os.environ.get(EXAMPLE_DB_ENV))
+    )
 settings.load_profile(PROFILE)
 
 
@@ -168,7 +223,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     shard = f"{SHARD[0]}/{SHARD[1]}" if SHARD else "none"
     return [
         f"attnsvm properties: hypothesis profile {PROFILE!r} (max_examples={settings.default.max_examples}), "
-        f"sweep seed {SWEEP_SEED}, rounds {SWEEP_ROUNDS}, shard {shard}, torch threads {torch.get_num_threads()}"
+        f"sweep seed {SWEEP_SEED}, rounds {SWEEP_ROUNDS}, shard {shard}, torch threads {torch.get_num_threads()}",
+        f"attnsvm properties: example database {settings.default.database!r}"
+        + (
+            f" ({EXAMPLE_DB_ENV} is used by the sweep profile only)"
+            if os.environ.get(EXAMPLE_DB_ENV, "").strip() and PROFILE != "sweep"
+            else ""
+        ),
     ]
 
 
