@@ -134,9 +134,11 @@ def _log_softmax_raw(l: FloatArray) -> FloatArray:
     """:func:`log_softmax` returning ``−inf`` for log weights below ``−1.8e308`` (internal use:
     such a weight is 0 to every precision a double has)."""
     m = np.max(l, axis=-1, keepdims=True)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", under="ignore"):
         shifted = l - m  # −inf only when the row spans more than 1.8e308
-    return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
+        # exp of a shifted logit below −745 underflows to 0, which is its weight to every precision
+        # the sum (≥ 1, the largest term is e^0) can hold: never an error, whatever the caller's errstate
+        return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
 
 
 def log_phi(l: FloatArray) -> FloatArray:
@@ -169,8 +171,10 @@ def attention_of(l: FloatArray, kind: str) -> FloatArray:
     if kind == "linear":
         return np.array(l, dtype=np.float64)
     base = l if kind == "softmax" else log_phi(l)
-    # Weights whose log is below −1.8e308 are 0 to absolute accuracy 2^−1074 (rows sum to 1).
-    return np.exp(_log_softmax_raw(base))
+    # Weights whose log is below −1.8e308 are 0 to absolute accuracy 2^−1074 (rows sum to 1); those
+    # below −745 underflow to 0 or a subnormal, within that accuracy, whatever the caller's errstate.
+    with np.errstate(under="ignore"):
+        return np.exp(_log_softmax_raw(base))
 
 
 def attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray:
@@ -207,7 +211,9 @@ def output(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray:
     if kind == "linear":
         return output_of(l, inst.X, inst.v)
     log_s = _log_softmax_raw(l if kind == "softmax" else log_phi(l))
-    return output_of(np.exp(log_s), inst.X, inst.v, log_s=log_s)
+    with np.errstate(under="ignore"):  # output_of uses log_s; s only where it is not tiny
+        s = np.exp(log_s)
+    return output_of(s, inst.X, inst.v, log_s=log_s)
 
 
 def output_of(s: FloatArray, X: FloatArray, v: FloatArray, *, log_s: FloatArray | None = None) -> FloatArray:
@@ -250,9 +256,16 @@ def output_of(s: FloatArray, X: FloatArray, v: FloatArray, *, log_s: FloatArray 
     low = (mag > 0) & (m < FLOAT_TINY)
     if np.any(low):
         i = int(np.flatnonzero(low)[0])
+        log_size = math.log(float(mag[i])) + float(e[i]) * _LN2
+        if log_s is not None:  # the size from the unclamped log weights (the clamp at −5000 is not it)
+            with np.errstate(divide="ignore", under="ignore"):
+                la = log_s[i] + np.log(np.abs(a[i]))
+                top = float(np.max(la))
+                log_size = top + math.log(float(np.sum(np.exp(la - top)))) if math.isfinite(top) else top
+            log_size += float(ea[i]) * _LN2
         raise range_error(
             "the outputs f_i = Σ_t s_it vᵀx_it (the size Σ_t |s_it vᵀx_it| of a nonzero one)",
-            math.log(float(mag[i])) + float(e[i]) * _LN2,
+            log_size,
             remedy="Scale v or X up",
         )
     return f

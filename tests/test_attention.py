@@ -347,3 +347,27 @@ def test_output_of_log_weights_far_below_the_range_whatever_the_error_state():
         f = output_of(np.array([[1.0, 0.0]]), X, np.array([1.0]), log_s=np.array([[0.0, -800.0]]))
     with mpmath.workdps(ORACLE_DPS):
         assert f[0] == float(1 + mpmath.exp(-800))
+
+
+def test_saturated_weights_never_raise_a_floating_point_error_under_a_strict_error_state() -> None:
+    """Regression: exp of a log weight below −745 raised ``FloatingPointError`` under
+    ``np.errstate(all="raise")``. Oracle, exact: logits (0, −800) give weights (1, e^−800) with
+    e^−800 ≈ 1e-348 below 2^−1074 (0 to the documented absolute accuracy), and values (1, 2) give
+    f = (1 + 2e^−800)/(1 + e^−800), which rounds to 1."""
+    inst = A.Instance(np.array([[[1.0], [2.0]]]), np.ones(1), np.ones(1), np.ones((1, 1)))
+    W = np.array([[-800.0]])
+    with np.errstate(all="raise"):
+        assert A.attention(inst, W).tolist() == [[1.0, 0.0]]
+        assert A.attention(inst, W, "normalized_linear").tolist() == [[1.0, 0.0]]
+        assert A.log_attention(inst, W).tolist() == [[0.0, -800.0]]
+        assert A.output(inst, W).tolist() == [1.0]
+
+
+def test_output_underflow_message_quotes_the_true_size_of_weights_below_the_clamp() -> None:
+    """Regression: the quoted size came from log weights clamped at −5000 ("about 1e-1840"). Oracle,
+    mpmath: logits (0, −10^6), values (0, 2^1100), so f = e^(−10^6)·2^1100 and
+    log10 f = (−10^6 + 1100 ln 2)/ln 10 ≈ −433963.35."""
+    inst = A.Instance(np.array([[[0.0], [2.0**600]]]), np.ones(1), np.array([2.0**500]), np.ones((1, 1)))
+    exponent = int(mpmath.nint((-(10**6) + 1100 * mpmath.log(2)) / mpmath.log(10)))
+    with pytest.raises(NumericalError, match=rf"about 1e{exponent}: it underflows"):
+        A.output(inst, np.array([[-1e6 * 2.0**-600]]))
