@@ -318,3 +318,118 @@ def test_weights_of_wrong_rank_are_refused_for_their_rank():
     with pytest.raises(InvalidInstanceError) as info:
         inst.check_weights(np.zeros(25))
     assert str(info.value) == "W must have 2 dimension(s); got shape (25,)"
+
+
+def test_refused_dtype_messages_are_exact_and_only_complex_data_gets_the_complex_note():
+    """The documented refusal, word for word: complex data is told that complex values are not
+    supported; other non-real dtypes (bool) get the plain message, with nothing appended."""
+    head = "X must hold real numbers (int or float); got dtype "
+    with pytest.raises(InvalidInstanceError) as info:
+        A.Instance(np.full((1, 2, 1), 1j), [1.0], [1.0])
+    assert str(info.value) == head + "complex128 (complex values are not supported)"
+    with pytest.raises(InvalidInstanceError) as info:
+        A.Instance(np.zeros((1, 2, 1), dtype=bool), [1.0], [1.0])
+    assert str(info.value) == head + "bool"
+
+
+@pytest.mark.parametrize("field", ["X", "v"])
+def test_non_finite_message_names_the_argument_value_index_and_fix_exactly(field):
+    """The documented message for a NaN, word for word: the argument's own name, the bad value, its
+    index (hand-placed at the last entry) and the remedy."""
+    args = {"X": np.zeros((1, 2, 2)), "Y": np.ones(1), "v": np.ones(2)}
+    args[field] = args[field].copy()
+    args[field].flat[-1] = np.nan
+    index = "(0, 1, 1)" if field == "X" else "(1,)"
+    with pytest.raises(InvalidInstanceError) as info:
+        A.Instance(**args)
+    assert str(info.value) == (
+        f"{field} must be finite; found nan at index {index}. Remove or impute NaN/Inf entries first."
+    )
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ((0, 2, 3), "X must hold at least one sequence (n ≥ 1); got n = 0"),
+        ((2, 2, 0), "X must have token dimension d ≥ 1; got d = 0"),
+        (
+            (2, 1, 3),
+            "X must hold at least two tokens per sequence (T ≥ 2) for attention to select one; got T = 1",
+        ),
+    ],
+)
+def test_empty_axis_messages_are_exact(shape, message):
+    """An empty axis of X is refused with the documented sentence, naming X (capital, as the user
+    passed it) and the size required."""
+    n, _, d = shape
+    with pytest.raises(InvalidInstanceError) as info:
+        A.Instance(np.zeros(shape), np.ones(n), np.ones(d))
+    assert str(info.value) == message
+
+
+def test_value_head_of_wrong_rank_is_refused_for_its_rank():
+    """v must be 1-D: a (1, d) row is refused for its rank (as W and alpha are), not compared as a shape."""
+    X, Y, _ = _data()
+    with pytest.raises(InvalidInstanceError) as info:
+        A.Instance(X, Y, np.ones((1, 5)))
+    assert str(info.value) == "v must have 1 dimension(s); got shape (1, 5)"
+    with pytest.raises(InvalidInstanceError) as info:
+        A.Instance(X, Y, np.float64(1.0))
+    assert str(info.value) == "v must have 1 dimension(s); got shape ()"
+
+
+def test_default_query_is_a_read_only_copy_of_its_own():
+    """The module's promise "stored as read-only float64 copies" for the query taken from the first
+    token: its own contiguous memory (not a view of X), and not writable."""
+    X, Y, v = _data()
+    inst = A.Instance(X, Y, v)
+    assert not np.shares_memory(inst.z, inst.X)
+    assert inst.z.flags.c_contiguous and inst.z.flags.owndata
+    assert not inst.z.flags.writeable
+    with pytest.raises(ValueError):
+        inst.z[0, 0] = 1.0
+    np.testing.assert_array_equal(inst.z, X[:, 0, :])
+
+
+def test_self_attention_flag_is_a_bool():
+    """``self_attention`` is documented as True/False (a bool), for both kinds of query."""
+    X, Y, v = _data()
+    assert A.Instance(X, Y, v).self_attention is True
+    assert A.Instance(X, Y, v, X[:, 1, :]).self_attention is False
+
+
+def test_subnormal_token_value_after_a_normal_one_is_refused_with_its_own_size():
+    """Hand-derived: v = 1, tokens 1 and 2^-1030 (n = 1): the second value 2^-1030 is subnormal, so it
+    is refused, and the message gives its size round(-1030·log10 2) = -310 (the offending token is
+    token 1 of sequence 0: its sequence's exponent, not another index's, scales the size)."""
+    inst = A.Instance(np.array([[[1.0], [2.0**-1030]]]), np.array([1.0]), np.array([1.0]), np.ones((1, 1)))
+    expected_exp = round(-1030 * math.log10(2.0))
+    assert expected_exp == -310
+    with pytest.raises(NumericalError) as info:
+        inst.values()
+    assert str(info.value) == (
+        "the token values vᵀx_it (the size Σ_k|v_k x_itk| of a nonzero one) is about "
+        f"1e{expected_exp}: it underflows float64's normal range [2.2e-308, 1.8e308]. "
+        "Scale v or X up (optimal_tokens does not need the values themselves)"
+    )
+
+
+def test_exact_tie_of_subnormal_scores_is_a_tie_at_every_scale():
+    """Oracle: exact rational arithmetic (fractions.Fraction) of γ_t = Y vᵀx_t. v = (0, 1, 1); tokens
+    (1, 6u, 0), (1, 5u, u), (1, −2^-1027, 0) with u = 2^-1074: γ = 6u, 6u, −2^-1027, so the two best
+    scores tie exactly and the optimal token is undefined (TiedScoresError). In the rescaled data
+    (X/2, v/2) the subnormal entries and products round (5u/2 → 2u, u/2 → 0, 3u/2 → 2u), so the computed
+    scores differ by one subnormal unit 2^-1074 and the tie is caught at the rounding level. Scaling X
+    and v by exact powers of two 2^k (k ≥ 0 keeps every entry exact) must not change the answer."""
+    from fractions import Fraction
+
+    u = 2.0**-1074
+    X = np.array([[[1.0, 6 * u, 0.0], [1.0, 5 * u, u], [1.0, -(2.0**-1027), 0.0]]])
+    v = np.array([0.0, 1.0, 1.0])
+    gamma = [sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(x, v, strict=True)) for x in X[0]]
+    best = sorted(gamma)[-2:]
+    assert best[0] == best[1] == 6 * Fraction(u)
+    for kx, kv in ((0, 0), (600, 0), (0, 1000), (1000, -500)):
+        inst = A.Instance(np.ldexp(X, kx), np.array([1.0]), np.ldexp(v, kv), np.ones((1, 3)))
+        with pytest.raises(TiedScoresError, match=r"sequence 0 .*tokens \[0, 1\]"):
+            inst.optimal_tokens()
