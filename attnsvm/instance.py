@@ -241,12 +241,13 @@ class Instance:
         Xs, _ = split_rows(self.X, 1)  # each sequence on its own: argmax and ties are per sequence
         vs, _ = pow2_split(self.v)
         gamma = self.Y[:, None] * (Xs @ vs)  # γ_i· · 2^−(ex_i+ev): |γ'| ≤ d
-        # Rounding level of each score, Σ_k|v_k x_itk| (scale-equivariant, unlike max(1, |γ|)),
-        # plus d products that may have underflowed in the rescaled data.
-        level = np.max(np.abs(Xs) @ np.abs(vs), axis=1) + self.d * _TRUE_MIN
+        # Rounding level of each score, Σ_k|v_k x_itk| (scale-equivariant, unlike max(1, |γ|)), and,
+        # outside the relative factor (inside it 2^−46 would round it away), the d products that may
+        # have underflowed in the rescaled data: two scores closer than that are not told apart.
+        level = np.max(np.abs(Xs) @ np.abs(vs), axis=1)
         opt = np.argmax(gamma, axis=1)
         top2 = np.sort(gamma, axis=1)[:, -2:]
-        tol = TIE_RTOL * level
+        tol = TIE_RTOL * level + self.d * _TRUE_MIN
         tied = np.flatnonzero(top2[:, 1] - top2[:, 0] <= tol)
         if tied.size:
             i = int(tied[0])

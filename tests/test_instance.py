@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -433,3 +434,17 @@ def test_exact_tie_of_subnormal_scores_is_a_tie_at_every_scale():
         inst = A.Instance(np.ldexp(X, kx), np.array([1.0]), np.ldexp(v, kv), np.ones((1, 3)))
         with pytest.raises(TiedScoresError, match=r"sequence 0 .*tokens \[0, 1\]"):
             inst.optimal_tokens()
+
+
+def test_exact_tie_of_subnormal_scores_next_to_a_tiny_normal_entry_is_a_tie() -> None:
+    """Regression: the allowance for underflowed products sat inside ``TIE_RTOL·level`` and was rounded
+    away, so an exact tie was returned as a winner. Oracle, exact (Fraction): with u = 2^-1074 the scores
+    of tokens 0 and 1 are 6u and 5u + u = 6u, a tie; token 2 scores −2^-1028·1 < 0."""
+    u = Fraction(2) ** -1074
+    scores = [6 * u, 5 * u + u, -(Fraction(2) ** -1028)]
+    assert scores[0] == scores[1] > scores[2]
+    t = 2.0**-1074
+    X = np.array([[[1.0, 6 * t, 0.0], [1.0, 5 * t, t], [1.0, -(2.0**-1028), 0.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([0.0, 1.0, 1.0]), np.ones((1, 3)))
+    with pytest.raises(TiedScoresError, match=r"tokens \[0, 1\]"):
+        inst.optimal_tokens()
