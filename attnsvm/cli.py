@@ -27,11 +27,14 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import AttnSVMError
+
+if TYPE_CHECKING:
+    from .identities import ClaimReport
 
 __all__ = ["main", "load_instance", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -609,10 +612,7 @@ def _property_checks(examples: int = CHECK_EXAMPLES) -> list[tuple[str, Any]]:
         ("gradient = central differences", gradient_matches_central_differences),
         ("normalized direction finite at saturation", normalized_direction_is_unit_and_finite),
     ]
-    try:
-        from .svm import solve_svm
-    except ImportError:
-        return checks
+    from .svm import solve_svm
     from .tensor import svm_margins
 
     @settings(
@@ -634,29 +634,24 @@ def _property_checks(examples: int = CHECK_EXAMPLES) -> list[tuple[str, Any]]:
 
 
 def run_selfcheck(verbose: bool = True, tiny: bool = False) -> bool:
-    """Run the self-check: quick symbolic proofs (when available) and short property runs.
+    """Run the self-check: quick symbolic proofs and short property runs.
 
     ``tiny`` (for the test suite) proves only the first three quick claims and runs three
     examples per property.
     """
     from rich.console import Console
 
+    from .identities import CLAIMS, prove_all
+
     console = Console(stderr=True, quiet=not verbose)
     ok = True
-    try:
-        from .identities import prove_all
-    except ImportError:
-        console.print("[dim]symbolic proofs: attnsvm.identities not available, skipped[/]")
-    else:
-        t0 = time.perf_counter()
-        from .identities import CLAIMS
-
-        names = [c.name for c in CLAIMS if c.quick][:3] if tiny else None
-        for name, passed, msg in _proof_items(prove_all(names=names, quick=True)):
-            ok &= passed
-            mark = "[green]proved[/]" if passed else "[bold red]FAILED[/]"
-            console.print(f"  {mark} {name}" + (f" — {msg}" if msg and not passed else ""))
-        console.print(f"symbolic proofs: {time.perf_counter() - t0:.1f} s")
+    t0 = time.perf_counter()
+    names = [c.name for c in CLAIMS if c.quick][:3] if tiny else None
+    for report in prove_all(names=names, quick=True):
+        ok &= report.ok
+        mark = "[green]proved[/]" if report.ok else "[bold red]FAILED[/]"
+        console.print(f"  {mark} {report.name}" + ("" if report.ok else f" — {_proof_failure(report)}"))
+    console.print(f"symbolic proofs: {time.perf_counter() - t0:.1f} s")
     for name, fn in _property_checks(3 if tiny else CHECK_EXAMPLES):
         t0 = time.perf_counter()
         try:
@@ -671,23 +666,14 @@ def run_selfcheck(verbose: bool = True, tiny: bool = False) -> bool:
     return ok
 
 
-def _proof_items(proofs: Any) -> list[tuple[str, bool, str]]:
-    """Normalise what ``identities.prove_all`` returns into ``(name, passed, message)`` triples."""
-    items = proofs.items() if isinstance(proofs, dict) else enumerate(proofs)
-    out = []
-    for key, val in items:
-        name = str(getattr(val, "name", key))
-        proof, code = getattr(val, "proof", None), getattr(val, "code", None)
-        if proof is not None:  # identities.ClaimReport
-            msg = f"{proof.failed}: residual {proof.residual}" if not proof.proved else ""
-            if code is not None and not code.ok:
-                msg += f" code check: error {code.max_error:.3g} > tolerance {code.tolerance:.3g}"
-            out.append((name, bool(val.ok), msg.strip()))
-            continue
-        passed = getattr(val, "proved", getattr(val, "passed", getattr(val, "ok", val)))
-        msg = str(getattr(val, "message", getattr(val, "detail", "")))
-        out.append((name, bool(passed), msg))
-    return out
+def _proof_failure(report: ClaimReport) -> str:
+    """Why a claim failed: the proof's failing step and residual, and/or the code check's error."""
+    parts = []
+    if not report.proof.proved:
+        parts.append(f"{report.proof.failed}: residual {report.proof.residual}")
+    if report.code is not None and not report.code.ok:
+        parts.append(f"code check: error {report.code.max_error:.3g} > tolerance {report.code.tolerance:.3g}")
+    return "; ".join(parts)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

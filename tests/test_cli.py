@@ -553,3 +553,21 @@ def test_bench_marks_a_missed_target_in_output_and_exit_status(
     err = capsys.readouterr().err
     assert "missed target: dual Att-SVM at d=1024, median time [s] <= 0.1 (measured 0.25)" in err
     assert "batched GD over the autograd loop at batch 4096 >= 200 (measured 199)" in err
+
+
+def test_check_reports_why_a_claim_failed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``attnsvm check`` names a failed claim with its failing step and residual and its code check's
+    error against the tolerance, and exits 1 (a report built by hand: the oracle is its own fields)."""
+    from attnsvm import identities
+    from attnsvm.cli import main
+
+    proof = identities.ProofResult("toy", False, "x - 1", "d=2", ("2",), 1, 0.0)
+    code = identities.CodeCheck("toy", 1e-3, 1e-12, "float64 rounding", (("grad", 1e-3, 1e-12),))
+    bad = identities.ClaimReport("toy", "core", "x = 1", proof, code)
+    monkeypatch.setattr(identities, "prove_all", lambda **_: [bad])
+    assert main(["check", "--tiny"]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED toy — d=2: residual x - 1; code check: error 0.001 > tolerance 1e-12" in err
+    assert "self-check FAILED" in err
