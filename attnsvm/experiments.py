@@ -211,8 +211,9 @@ def register_family(
     Args:
       name: short identifier, used in file names and ``results.json``.
       title, description: shown in the report.
-      requires: ``"module:attribute"`` (or ``"module"``) names the family needs; when one is
-        missing the family is reported as not available instead of run.
+      requires: for plug-in families (``ATTNSVM_EXTRA_FAMILIES``) that need optional third-party
+        modules: ``"module:attribute"`` (or ``"module"``) names; when one is missing the family is
+        reported as not available instead of run. The built-in families need nothing beyond attnsvm.
       order: position in the report (ascending).
     """
 
@@ -694,7 +695,6 @@ TEXTBOOK_GD_SIZES: dict[str, dict[str, Any]] = {
     "package's log-domain direction and once with the textbook gradient `vᵀx_it − f_i` divided by "
     "its norm; gap to W_mm(α(t)) of the currently selected tokens. The textbook run stops when its "
     "gradient underflows to 0 (its direction is then 0/0).",
-    requires=("attnsvm.gd:run_gd", "attnsvm.svm:solve_svm"),
     order=15,
 )
 def textbook_gd_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
@@ -904,7 +904,6 @@ RATE_FIT_FRACTION = 0.5
     "against steps and against ||W||_F; median and 10–90% band over seeds; normalized GD (lr 0.1) "
     "and plain GD (lr 1) for each loss; unit-norm data. The log-log rate is fitted on the last half "
     "of the record points.",
-    requires=("attnsvm.gd:run_gd_batch", "attnsvm.gd:fit_rate", "attnsvm.svm:solve_svm"),
     order=20,
 )
 def convergence_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
@@ -1123,7 +1122,6 @@ def _confirm_counterexamples(counter: list[dict[str, Any]], steps: int, device: 
     "finite stationary point, where the theory says nothing. A settled, diverging run whose tokens are "
     f"not locally optimal is continued for {CONFIRM_FACTOR} times as many steps before it is reported "
     "as a counterexample (finite-horizon artefacts change their tokens when continued).",
-    requires=("attnsvm.gd:run_gd_batch", "attnsvm.svm:local_optimality_report", "attnsvm.svm:solve_svm"),
     order=30,
 )
 def local_global_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
@@ -1346,7 +1344,6 @@ REGPATH_SIZES: dict[str, dict[str, Any]] = {
     "logistic loss) against normalized GD (lr 0.1): the gap of each to the Att-SVM direction of its "
     "own selected tokens, at equal norms. The risk is not convex, so the path found is a path of "
     "stationary points (its KKT residual is tabulated).",
-    requires=("attnsvm.gd:regularization_path", "attnsvm.gd:run_gd", "attnsvm.svm:solve_svm"),
     order=40,
 )
 def regpath_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
@@ -1508,7 +1505,6 @@ SVM_NUC_FEAS_TOL = 1e-7
     "method: the cvxpy matrix program (primal), the tensor-trick vector program (vector), the "
     "factorised dual (dual) — each finished by the exact active-set step — and the nuclear-norm "
     "program (nuc). Accuracy: relative KKT residuals and the distance to the dual's certified W.",
-    requires=("attnsvm.svm:solve_svm",),
     order=50,
 )
 def svm_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
@@ -1742,7 +1738,6 @@ LIPSCHITZ_SIZES: dict[str, dict[str, Any]] = {
     "Certified upper bound and attained lower estimate (sampling + projected ascent on the Jacobian "
     "norm) of the Lipschitz constant of W ↦ s(W) (all attention weights) and of W ↦ f(W) (outputs) "
     "on the ball ||W||_F ≤ R, Frobenius in, ℓ2 out, for the three attention kinds; Gaussian data.",
-    requires=("attnsvm.lipschitz:compare_lipschitz",),
     order=60,
 )
 def lipschitz_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
@@ -1895,7 +1890,6 @@ def lipschitz_family(size: str, seed: int, jobs: int, device: str, progress: Pro
     "then compared with the attnsvm function it underlies at random float64 points. Sizes 'tiny' "
     "and 'small' re-prove the quick subset at its smallest size (`prove_all(quick=True)`, seconds; "
     "the full proofs run in `tox -e symbolic`); 'paper' proves every claim at every size.",
-    requires=("attnsvm.identities:prove_all",),
     order=70,
 )
 def symbolic_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
@@ -1955,7 +1949,6 @@ MULTITOKEN_SIZES: dict[str, dict[str, Any]] = {
     "Gaussian data, n=3, T=4; the selected sets O_i = {t : s_it ≥ 1e-3} of the final iterate, and "
     "how well the theory's prediction W_fin + R·W_dir fits it, against the single-token Att-SVM "
     "R'·W_mm(argmax s) (relative distance ||W_gd − prediction||/||W_gd||, best scale).",
-    requires=("attnsvm.multitoken:predict_multitoken", "attnsvm.multitoken:run_multitoken_gd"),
     order=80,
 )
 def multitoken_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
@@ -2161,7 +2154,6 @@ def _global_toy_gap(steps: int, record: Any) -> tuple[list[float], list[float]]:
     "(arXiv 2308.16898): three inputs sharing one optimal token. Joint (v, p) training. ℓp mirror "
     "descent (arXiv 2410.14581) on unit-norm data, n=6, T=8, d=10, with the Bregman divergence to "
     "the ℓp'-SVM of each p'.",
-    requires=("attnsvm.toys:toy_figures_data",),
     order=90,
 )
 def toys_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
