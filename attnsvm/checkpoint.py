@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .errors import AttnSVMError
-from .experiments import Claim, FamilyResult, Figure, Panel, Series
+from .experiments import ExperimentClaim, FamilyResult, Figure, Panel, Series
 
 __all__ = [
     "CheckpointError",
@@ -56,7 +56,7 @@ FAMILIES_DIR = "families"
 #: Version of the manifest and family-file layout; a folder of another version is not resumed.
 FORMAT = 1
 #: The dataclasses a family result is made of, by name (the only classes decoding constructs).
-_CLASSES: dict[str, type] = {c.__name__: c for c in (FamilyResult, Claim, Figure, Panel, Series)}
+_CLASSES: dict[str, type] = {c.__name__: c for c in (FamilyResult, ExperimentClaim, Figure, Panel, Series)}
 #: NumPy dtype kinds stored exactly through Python scalars (bool, signed/unsigned int, float ≤ 64 bit).
 _KINDS = "biuf"
 

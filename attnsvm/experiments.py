@@ -10,7 +10,8 @@ Sizes: ``"small"`` (the default; the whole report in ≤ 3 minutes on 2 CPU core
 ``"paper"`` (the published sizes: n=6, T=8, d=10 with unit-norm rows, 100 seeds, 2000
 normalized-GD steps at lr 0.1) and ``"tiny"`` (seconds; for the test suite only).
 
-A claim is a :class:`Claim`: a named statement with ``passed`` and a message giving the
+A claim is an :class:`ExperimentClaim` (not to be confused with the proved identities of
+:class:`attnsvm.identities.Claim`): a named statement with ``passed`` and a message giving the
 measured numbers. ``severity="check"`` claims are what the package guarantees (a failure
 makes ``attnsvm reproduce`` exit non-zero); ``severity="finding"`` claims are conjectures
 or statements of the literature that the harness tests and reports either way.
@@ -40,7 +41,7 @@ from .instance import Instance, random_instance
 
 __all__ = [
     "SIZES",
-    "Claim",
+    "ExperimentClaim",
     "Series",
     "Panel",
     "Figure",
@@ -68,7 +69,7 @@ def _no_progress(done: int, total: int) -> None:
 
 # ----------------------------------------------------------------------------- results
 @dataclass
-class Claim:
+class ExperimentClaim:
     """One checked statement: ``passed`` with a message that gives the measured numbers."""
 
     name: str
@@ -171,16 +172,16 @@ class FamilyResult:
     numbers: dict[str, Any] = field(default_factory=dict)
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     figures: list[Figure] = field(default_factory=list)
-    claims: list[Claim] = field(default_factory=list)
+    claims: list[ExperimentClaim] = field(default_factory=list)
     elapsed_s: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)
 
     def claim(self, name: str, statement: str, passed: bool, message: str, severity: str = "check") -> None:
-        """Append a :class:`Claim`."""
-        self.claims.append(Claim(name, statement, bool(passed), message, severity))
+        """Append a :class:`ExperimentClaim`."""
+        self.claims.append(ExperimentClaim(name, statement, bool(passed), message, severity))
 
     @property
-    def failed(self) -> list[Claim]:
+    def failed(self) -> list[ExperimentClaim]:
         """The ``check`` claims that failed."""
         return [c for c in self.claims if c.severity == "check" and not c.passed]
 

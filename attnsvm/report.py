@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .experiments import Claim, FamilyResult, Figure
+from .experiments import ExperimentClaim, FamilyResult, Figure
 
 __all__ = ["write_report", "to_jsonable", "summary_rows", "failed_claims", "render_figure", "draw_figure"]
 
@@ -61,7 +61,7 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def failed_claims(results: Sequence[FamilyResult]) -> list[tuple[str, Claim]]:
+def failed_claims(results: Sequence[FamilyResult]) -> list[tuple[str, ExperimentClaim]]:
     """``(family, claim)`` for every failed ``check`` claim."""
     return [(r.name, c) for r in results for c in r.failed]
 
