@@ -37,9 +37,18 @@ def test_tables_show_ranges_and_targets() -> None:
         "rel_error": 0.0, "certified": True, "error_bound": None, "time_over_dual": 1.0,
     }  # fmt: skip
     text = svm_table([row])
-    assert "0.04..0.07" in text and "target dual d=1024 <= 0.1 s: 0.05 s (median of 5)" in text
-    gd = gd_table([_r("ratio", 150.0, "x", "median", (120.0, 180.0)), _r("threads", 2, "", "both")])
+    assert (
+        "0.04..0.07" in text and "target dual Att-SVM at d=1024, median time [s] <= 0.1: 0.05 — met" in text
+    )
+    gd = gd_table(
+        [
+            _r("batch", 4096, "", ""),
+            _r("ratio", 150.0, "x", "median", (120.0, 180.0)),
+            _r("threads", 2, "", "both"),
+        ]
+    )
     assert "120..180" in gd and "threads" in gd
+    assert "target batched GD over the autograd loop at batch 4096 >= 200: 150 — MISSED" in gd
 
 
 #: Both baselines are exact normalized GD up to rounding: each step's direction differs from the
