@@ -6,6 +6,8 @@ evaluation of the textbook formula (exact enough that its own cancellation is ha
 
 from __future__ import annotations
 
+import warnings
+
 import mpmath
 import numpy as np
 import pytest
@@ -362,3 +364,273 @@ def test_normalized_direction_at_a_huge_margin_keeps_the_within_sequence_weights
     d = A.normalized_risk_grad(inst, np.zeros((2, 2))).direction
     expected = -np.outer([1.0, -0.5], [1.0, 1.0]) / np.sqrt(2.5)
     assert np.max(np.abs(d - expected)) <= HUGE_MARGIN_DIR_ATOL
+
+
+# ------------------------------------ scale-dependent refusals and messages (pinned by mutation testing)
+def test_output_overflow_message_names_the_outputs_their_size_and_the_remedy():
+    """One sequence of ten tokens (1, …, 1), v = 1e308·(1, …, 1), W = 0: every value is vᵀx = 1e309,
+    so f = 1e309 (by hand), beyond float64: each public function refuses, naming the outputs, their
+    size 1e+309 and the remedy, not an IndexError or another sequence's size."""
+    inst = A.Instance(np.ones((1, 2, 10)), np.array([1.0]), np.full(10, 1e308), np.ones((1, 10)))
+    expected = (
+        f"the outputs f_i = Σ_t s_it vᵀx_it is about 1e+309: it overflows {_RANGE}. "
+        "The loss of a margin beyond 1.8e308 is not computable; scale v or X down"
+    )
+    for fn in (A.risk, A.risk_grad, A.normalized_risk_grad):
+        with pytest.raises(NumericalError) as info:
+            fn(inst, np.zeros((10, 10)))
+        assert str(info.value) == expected
+
+
+def test_textbook_gradient_refuses_undefined_and_overflowing_values():
+    """The textbook baseline never returns or warns NaN/Inf. (a) Values +inf and −inf (tokens ±1e308·(1, 1),
+    v = (1, 1)) give f = ½·inf − ½·inf, undefined: the loss derivative is refused. (b) Values ±1 but
+    x zᵀ = ±1e400 (x = ±1e200, z = 1e200, v = 1e-200): the gradient ℓ'·Y·Σ_t s_t(a_t − f) x_t zᵀ is
+    −½·1e400 by hand, beyond float64: refused with the message naming the textbook gradient."""
+    inst = A.Instance(
+        np.array([[[1e308, 1e308], [-1e308, -1e308]]]), np.array([1.0]), np.ones(2), np.ones((1, 2))
+    )
+    with warnings.catch_warnings():  # refused as an AttnSVMError, without a numpy RuntimeWarning first
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(NumericalError, match=r"^the loss derivative is not finite"):
+            risk_grad_textbook(inst, np.zeros((2, 2)))
+    inst = A.Instance(
+        np.array([[[1e200], [-1e200]]]), np.array([1.0]), np.array([1e-200]), np.array([[1e200]])
+    )
+    with pytest.raises(NumericalError) as info:
+        risk_grad_textbook(inst, np.zeros((1, 1)))
+    assert str(info.value).startswith(
+        "the textbook risk gradient (use risk_grad, which rescales) is not finite (NaN or Inf)"
+    )
+
+
+def test_each_sequence_is_judged_by_its_own_logit_rounding_and_output_size():
+    """Two sequences whose data live at scales 2^40 apart; the oracle is the gradient by hand.
+    Sequence 1: tokens ±e_1, z = e_1, W_11 = 2^40: logits ±2^40, values ±1, weights (1, e^{−2^41}),
+    so its term ≈ e^{−2^41} vanishes against sequence 2's. Sequence 2: tokens ±e_2, z = e_1, logits
+    exactly 0 (W_21 = 0), values ±2^40, s = ½, f = 0: ∇L = ½·ℓ'(0)·[½·2^40 e_2 + ½·2^40 e_2] e_1ᵀ
+    = −2^38 e_2 e_1ᵀ exactly. Each output's uncertainty is small in its own units (δf_1 ≈ 2^−9 from
+    logits of size 2^40 rounded to d²·eps; δf_2 = 4·eps·2^40 with exact logits), so both functions must
+    return; borrowing one sequence's logit size or value size for the other (δf ≈ 2^31) would refuse."""
+    X = np.array([[[1.0, 0.0], [-1.0, 0.0]], [[0.0, 1.0], [0.0, -1.0]]])
+    z = np.array([[1.0, 0.0], [1.0, 0.0]])
+    inst = A.Instance(X, np.array([1.0, 1.0]), np.array([1.0, 2.0**40]), z)
+    W = np.diag([2.0**40, 0.0])
+    expected = np.array([[0.0, 0.0], [-(2.0**38), 0.0]])
+    np.testing.assert_allclose(A.risk_grad(inst, W), expected, rtol=4 * EPS, atol=0.0)
+    D = A.normalized_risk_grad(inst, W)
+    np.testing.assert_allclose(D.direction, expected / 2.0**38, rtol=4 * EPS, atol=0.0)
+    assert D.log_norm == pytest.approx(38 * np.log(2.0), rel=4 * EPS)
+
+
+@pytest.mark.parametrize("k", [0, 16])
+def test_logit_rounding_refusal_is_invariant_under_power_of_two_rescaling(k):
+    """Tokens 2^k·(1, ±1), z = e_1, W_11 = 2^(31−k): both logits are 2^31 (equal, so s = ½), values
+    v = (0, 2^(20−k)) give a = ±2^20 and f = 0. The logits are known to δl = d²·eps·2^31 = 2^−19, so
+    by hand δf = (T + d)·eps·2^20 + 2δl·2^20 ≈ 4 and the logistic ℓ'(f) is undetermined (κδf ≈ 3.9 > 1).
+    Oracle: scale equivariance — X·2^k with W·2^−k leaves every logit and value unchanged, hence the
+    refusal (naming δf = 4) must not depend on k; a plain product that returned −2^19 e_2 e_1ᵀ at
+    k = 16 would be a silently undetermined number."""
+    X = np.array([[[1.0, 1.0], [1.0, -1.0]]]) * 2.0**k
+    W = np.zeros((2, 2))
+    W[0, 0] = 2.0 ** (31 - k)
+    inst = A.Instance(X, np.array([1.0]), np.array([0.0, 2.0 ** (20 - k)]), np.array([[1.0, 0.0]]))
+    for fn in (A.risk_grad, A.normalized_risk_grad):
+        with pytest.raises(NumericalError, match=r"^the output f_0 = Σ_t s_it vᵀx_it is known only to ±4 "):
+            fn(inst, W)
+
+
+def _mp_two_scale_gradient(kb: int, U: float):
+    """60-digit diagonal of ∇L for :func:`test_sequences_of_very_different_scale_and_margin_combine`:
+    sequence i has tokens (c_i e_i, 0), query c_i e_i and v = 2U·2^−kb·(1, 1), so values (2U·2^−kb·c_i, 0)
+    with c_1 = 2^kb, c_2 = 2^−kb; W = 0 gives s = ½, f_i = U·2^−kb·c_i, and by the docstring's formula
+    ∂L/∂W_ii = (1/2)·ℓ'(f_i)·½·(f_i)·c_i·c_i (logistic ℓ'(u) = −1/(1 + e^u))."""
+    with mpmath.workdps(60):
+        out = []
+        for c in (mpmath.mpf(2) ** kb, mpmath.mpf(2) ** -kb):
+            f = mpmath.mpf(U) * mpmath.mpf(2) ** -kb * c
+            out.append(-1 / (1 + mpmath.exp(f)) * f / 4 * c * c)
+        norm = mpmath.sqrt(out[0] ** 2 + out[1] ** 2)
+        return [float(g / norm) for g in out], float(mpmath.log(norm))
+
+
+#: Between sequences the log-domain form carries the factor e^{top_i − top}; its log, of size up to the
+#: margin U, is rounded to ulp(U) ≤ U·eps, so the relative weight of a sequence whose loss derivative
+#: is e^{−U} is known to about 2U·eps (plus the within-sequence nT(d+T)·eps = 16·eps here).
+def _two_scale_tol(U: float) -> float:
+    return (16.0 + 4.0 * U) * EPS
+
+
+@pytest.mark.parametrize(("kb", "U"), [(350, 1455.0), (350, 1462.0), (700, 2916.0)])
+def test_sequences_of_very_different_scale_and_margin_combine(kb, U):
+    """Sequence 1 has data of size 2^kb and margin U (ℓ' ≈ e^{−U}); sequence 2 has data of size 2^−kb
+    and margin ≈ 0. Their gradient terms, e^{−U}·2^{4kb} apart in size, are within a factor e^{±5}
+    of each other here, far outside float64 each: the direction must weigh them correctly.
+    Oracle: the 60-digit diagonal gradient of the docstring's formula (hand-reduced, see helper)."""
+    B, b = 2.0**kb, 2.0**-kb
+    X = np.array([[[B, 0.0], [0.0, 0.0]], [[0.0, b], [0.0, 0.0]]])
+    z = np.array([[B, 0.0], [0.0, b]])
+    inst = A.Instance(X, np.array([1.0, 1.0]), np.array([2 * U * b, 2 * U * b]), z)
+    (g1, g2), log_norm = _mp_two_scale_gradient(kb, U)
+    D = A.normalized_risk_grad(inst, np.zeros((2, 2)))
+    tol = _two_scale_tol(U)
+    np.testing.assert_allclose(D.direction, np.diag([g1, g2]), rtol=0.0, atol=tol)
+    assert D.log_norm == pytest.approx(log_norm, abs=tol * abs(log_norm))
+
+
+def test_values_equal_to_their_rounding_refuse_the_direction():
+    """Tokens (1, 3·2^−54) and (2^−60, 1) with v = (1, 1): the values 1 + 3·2^−54 and 1 + 2^−60 differ
+    by ≈ 0.746·2^−52 but both round to within 2^−52 of 1 (computed difference 2^−52, 34 % off, by
+    hand); the gradient, proportional to that difference, has no correct digit in its size (log_norm
+    would be off by ≈ log(4/3)). Oracle: the exact rounding of vᵀx (IEEE, by hand) — the direction
+    must be refused as rounding-level, not returned."""
+    X = np.array([[[1.0, 3 * 2.0**-54], [2.0**-60, 1.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 1.0]), np.array([[1.0, 0.0]]))
+    with pytest.raises(NumericalError, match="cancel to rounding level"):
+        A.normalized_risk_grad(inst, np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize(("n", "zq"), [(1, 1e-320), (1000, 1e-319)])
+def test_subnormal_gradient_of_a_misclassified_point_is_refused(n, zq):
+    """Exponential loss at margin f = −24 (ℓ' = −e^{24}, large) with query zq, the sequence repeated
+    n times (the mean gradient is that of one copy): by the docstring's formula (60-digit mpmath)
+    ||∇L|| = 4e^{24}·zq ≈ 1.1e-309 / 1.1e-308, subnormal. risk_grad must refuse with GradientRangeError
+    carrying log||∇L||, not return subnormal digits, however large ℓ' or n is."""
+    from attnsvm.grad import GradientRangeError
+
+    inst = A.Instance(
+        np.tile(np.array([[[1.0], [2.0]]]), (n, 1, 1)), np.ones(n), np.array([-16.0]), np.full((n, 1), zq)
+    )
+    with mpmath.workdps(60):
+        # s = ½, a = (−16, −32), f = −24: ∇L = ℓ'(f)·[½(a_1 − f)·1 + ½(a_2 − f)·2]·z = −e^{24}·(4 − 8)·z
+        log_ref = float(mpmath.log(mpmath.exp(24) * 4 * mpmath.mpf(zq)))
+    assert log_ref < np.log(np.finfo(np.float64).tiny)  # the oracle's gradient is subnormal
+    with pytest.raises(GradientRangeError, match="underflows") as info:
+        A.risk_grad(inst, np.zeros((1, 1)), "exponential")
+    assert info.value.log_norm == pytest.approx(log_ref, rel=16 * EPS)
+
+
+class _Float32DerivativeLogistic:
+    """A custom logistic loss whose derivative comes back as float32 (a user's own loss object)."""
+
+    assumptions = None
+
+    def value(self, u):
+        return np.logaddexp(0.0, -u)
+
+    def derivative(self, u):
+        return (-1.0 / (1.0 + np.exp(u))).astype(np.float32)
+
+
+class _SameValuesAsFloat64(_Float32DerivativeLogistic):
+    def derivative(self, u):
+        return super().derivative(u).astype(np.float64)
+
+
+def test_custom_loss_derivative_values_are_used_whatever_their_dtype():
+    """Oracle: the gradient depends only on the numbers ℓ' returns, not on their dtype. A custom loss
+    returning float32 derivatives must give the same direction and log-norm (to the summation rounding,
+    16·eps) as the same numbers returned as float64; float32 arithmetic on them would lose ~1e-8."""
+    inst = A.random_instance(3, 3, 2, seed=1)
+    W = np.full((2, 2), 0.3)
+    got = A.normalized_risk_grad(inst, W, _Float32DerivativeLogistic())
+    ref = A.normalized_risk_grad(inst, W, _SameValuesAsFloat64())
+    np.testing.assert_allclose(got.direction, ref.direction, rtol=0.0, atol=16 * EPS)
+    assert got.log_norm == pytest.approx(ref.log_norm, abs=16 * EPS)
+    np.testing.assert_allclose(
+        A.risk_grad(inst, W, _Float32DerivativeLogistic()),
+        A.risk_grad(inst, W, _SameValuesAsFloat64()),
+        rtol=16 * EPS,
+        atol=0.0,
+    )
+
+
+def test_near_cancellation_is_judged_against_each_tokens_own_size():
+    """Correlation loss; sequence 1 (Y = +1) and sequence 2 (Y = −1) share tokens (e_1, e_2), v = e_1,
+    and have queries e_1 and (1 + 2^−40) e_1; 48 more sequences have z = 0 (no contribution). By hand
+    (s = ½, a = (1, 0), f = ½): ∇L = (2^−40 / 4n)·(e_1 − e_2) e_1ᵀ, n = 50, while the terms' sum of
+    magnitudes is Σ|w_it|·||x_it||·||z_i|| ≈ 1/n: the gradient stands 2^−40·√2/4 above it, a few times
+    the refusal level 8·nT·eps. The direction must be returned, to the documented accuracy
+    nT(d + T)·eps·Σ|w||x||z| / ||∇L||; measuring the terms by the norm of all tokens together (instead of
+    each token's own) would inflate the rounding level √(nT)-fold and refuse it."""
+    n, k = 50, 40
+    X = np.zeros((n, 2, 2))
+    X[:, 0, 0] = X[:, 1, 1] = 1.0
+    z = np.zeros((n, 2))
+    z[0, 0], z[1, 0] = 1.0, 1.0 + 2.0**-k
+    Y = np.ones(n)
+    Y[1] = -1.0
+    inst = A.Instance(X, Y, np.array([1.0, 0.0]), z)
+    D = A.normalized_risk_grad(inst, np.zeros((2, 2)), "correlation")
+    norm = 2.0**-k * np.sqrt(2.0) / (4 * n)
+    tol = n * 2 * (2 + 2) * EPS * (1.0 / n) / norm  # documented: nT(d+T)·eps·Σ|w||x||z| / ||∇L||
+    np.testing.assert_allclose(
+        D.direction, np.array([[1.0, 0.0], [-1.0, 0.0]]) / np.sqrt(2.0), atol=tol, rtol=0
+    )
+    assert D.log_norm == pytest.approx(np.log(norm), abs=tol)
+    # At 2^−42 the ratio ||∇L|| / Σ|w||x||z| = 2^−42·√2/4 ≈ 8.0e-14 is below the refusal level
+    # 8·nT·eps ≈ 1.78e-13 (at 2^−40 it is 3.2e-13, above): refused as rounding-level.
+    z[1, 0] = 1.0 + 2.0**-42
+    inst = A.Instance(X, Y, np.array([1.0, 0.0]), z)
+    with pytest.raises(NumericalError, match="cancel to rounding level"):
+        A.normalized_risk_grad(inst, np.zeros((2, 2)), "correlation")
+
+
+def test_each_sequence_is_judged_by_its_own_value_size():
+    """Sequence 1: tokens ±e_1, query e_2 (logits 0, s = ½), values ±1, f = 0: by hand its term is
+    ½·ℓ'(0)·[½·e_1 + ½·e_1] e_2ᵀ = −¼ e_1 e_2ᵀ, f known to (T + d)·eps. Sequence 2: tokens e_2, ½e_2,
+    values 2^60, 2^59 (v = (1, 2^60)), margin 1.5·2^59: its ℓ' ≈ e^{−1.5·2^59} makes its term 0 in
+    float64 (its own δf ≈ 2^9 is irrelevant there). Oracle: ∇L = −¼ e_1 e_2ᵀ by hand; judging sequence
+    1's output by sequence 2's value size (δf ≈ 2^8) would wrongly refuse."""
+    X = np.array([[[1.0, 0.0], [-1.0, 0.0]], [[0.0, 1.0], [0.0, 0.5]]])
+    z = np.array([[0.0, 1.0], [1.0, 0.0]])
+    inst = A.Instance(X, np.array([1.0, 1.0]), np.array([1.0, 2.0**60]), z)
+    expected = np.array([[0.0, -0.25], [0.0, 0.0]])
+    np.testing.assert_allclose(A.risk_grad(inst, np.zeros((2, 2))), expected, rtol=4 * EPS, atol=0.0)
+    D = A.normalized_risk_grad(inst, np.zeros((2, 2)))
+    np.testing.assert_allclose(D.direction, np.array([[0.0, -1.0], [0.0, 0.0]]), rtol=0.0, atol=4 * EPS)
+
+
+def test_undetermined_output_is_refused_under_the_exponential_loss_beside_a_determined_one():
+    """Sequence 1 is the undetermined case of the message test above (values ±2^66 cancelling under
+    weights ½ ± 2^−57, δf ≈ 4.92e4 by hand); sequence 2 (tokens 2^−70, 2^−71: values 2^−4, 2^−5, margin
+    ≈ 0.05) is determined and dominates the computed gradient. Under the exponential loss (κ = 1) the
+    undetermined ℓ'(Y f_1) may be e^{δf} larger, so it matters: both functions refuse, naming f_0."""
+    X = np.array([[[1.0], [-1.0]], [[2.0**-70], [2.0**-71]]])
+    inst = A.Instance(X, np.array([1.0, 1.0]), np.array([2.0**66]), np.array([[1.0], [1.0]]))
+    for fn in (A.risk_grad, A.normalized_risk_grad):
+        with pytest.raises(
+            NumericalError, match=r"^the output f_0 = Σ_t s_it vᵀx_it is known only to ±4\.92e\+04 "
+        ):
+            fn(inst, np.array([[2.0**-56]]), "exponential")
+
+
+def test_subnormal_gradient_with_a_huge_loss_derivative_is_refused():
+    """Exponential loss at margin f ≈ −32 (|ℓ'| = e^{32} ≈ 7.9e13), the other token's weight e^{−710}
+    (itself subnormal), query 1e-16: ∇L ≈ 5.6e-310 (60-digit mpmath from the float64 inputs), subnormal.
+    However large |ℓ'|·|a|·|x|·|z| is, risk_grad must refuse with GradientRangeError (its log_norm the
+    mpmath value), never return the plain product's subnormal digits."""
+    from attnsvm.grad import GradientRangeError
+
+    X = np.array([[[1.0], [2.0]]])
+    zq, v, w = 1e-16, -16.0, 7.1e18
+    inst = A.Instance(X, np.array([1.0]), np.array([v]), np.array([[zq]]))
+    with mpmath.workdps(60):
+        x = [mpmath.mpf(1), mpmath.mpf(2)]
+        q = mpmath.mpf(w) * mpmath.mpf(zq)
+        logits = [xi * q for xi in x]
+        top = max(logits)
+        e = [mpmath.exp(li - top) for li in logits]
+        s = [ei / mpmath.fsum(e) for ei in e]
+        a = [mpmath.mpf(v) * xi for xi in x]
+        f = mpmath.fsum(si * ai for si, ai in zip(s, a, strict=True))
+        g = (
+            -mpmath.exp(-f)
+            * mpmath.fsum(si * (ai - f) * xi for si, ai, xi in zip(s, a, x, strict=True))
+            * mpmath.mpf(zq)
+        )
+        log_ref = float(mpmath.log(abs(g)))
+    assert log_ref < np.log(np.finfo(np.float64).tiny)  # the oracle's gradient is subnormal
+    with pytest.raises(GradientRangeError, match="underflows") as info:
+        A.risk_grad(inst, np.array([[w]]), "exponential")
+    assert info.value.log_norm == pytest.approx(log_ref, rel=64 * EPS)

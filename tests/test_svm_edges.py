@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+import warnings
 from decimal import Decimal
 
 import numpy as np
@@ -997,3 +998,182 @@ def test_local_optimality_refuses_an_uncertified_solution_with_the_documented_se
     )
     with pytest.raises(SolverError, match=msg):
         A.local_optimality_report(A.random_instance(3, 4, 5, seed=0))
+
+
+# ============================================== behaviours pinned for the svm mutation run (issue 13 §4)
+def test_nuclear_norm_with_a_frobenius_only_method_is_refused_with_the_documented_sentence():
+    """Oracle: the documented error text (the remedy must name the methods that do solve norm='nuc')."""
+    msg = (
+        "method='dual' solves the Frobenius-norm Att-SVM only (its dual/vector form needs ||W||_F); "
+        "use method='primal' or 'auto' with norm='nuc'."
+    )
+    with pytest.raises(A.AttnSVMError, match="^" + re.escape(msg) + "$"):
+        solve_svm(A.random_instance(2, 3, 2, seed=0), norm="nuc", method="dual")
+
+
+def test_an_inconsistent_support_hint_is_refused_and_the_exact_optimum_returned():
+    """Oracle: the hand-derived optimum of a 3-row problem with two parallel rows.
+
+    Rows ``w₁ ≥ 1``, ``w₁ ≥ 2``, ``w₂ ≥ ½``: the least-norm point is ``w = (2, ½)`` with multipliers
+    ``λ = (0, 2, ½)`` (row 0 is implied by row 1). The hint ``{0, 1}`` makes the tight system
+    ``w₁ = 1, w₁ = 2`` inconsistent; its least-squares point ``w₁ = 1.5`` violates row 1, so the hint must
+    be refused, not polished into an infeasible answer.
+    """
+    L = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    sol = min_norm_dual(L @ L.T, np.array([1.0, 2.0, 0.5]), factor=L, support_hint=[0, 1])
+    assert sol.certified
+    np.testing.assert_allclose(sol.coords, [2.0, 0.5], rtol=0, atol=EXACT_ATOL)
+    np.testing.assert_allclose(sol.multipliers, [0.0, 2.0, 0.5], rtol=0, atol=EXACT_ATOL)
+    np.testing.assert_allclose(sol.margins, [2.0, 2.0, 0.5], rtol=0, atol=EXACT_ATOL)
+
+
+def test_farkas_certificate_of_an_equality_row_keeps_its_sign():
+    """Oracle: the exact Farkas certificate of ``w₁ = −1`` (equality) and ``w₁ ≥ 0``.
+
+    ``c = (−1, 1)``: ``Σ c_r a_r = −e₁ + e₁ = 0`` and ``Σ c_r b_r = 1 > 0``; the equality's weight may (and
+    here must) be negative, the inequality's is ≥ 0. Normalised to ``max|c| = 1`` it is (−1, 1) to the
+    NNLS's rounding (EXACT_ATOL; measured 4.4e-16).
+    """
+    L = np.array([[1.0, 0.0], [1.0, 0.0]])
+    b = np.array([-1.0, 0.0])
+    with pytest.raises(InfeasibleMinNormError, match="the constraints are contradictory") as exc:
+        min_norm_dual(L @ L.T, b, equality=[0], factor=L)
+    c = exc.value.certificate
+    np.testing.assert_allclose(c, [-1.0, 1.0], rtol=0, atol=EXACT_ATOL)
+    np.testing.assert_allclose(L.T @ c, [0.0, 0.0], rtol=0, atol=EXACT_ATOL)  # the combination vanishes
+    assert b @ c > 0
+    assert exc.value.norm_bound == np.inf
+
+
+def test_margin_overflow_names_the_overflowing_constraint_and_its_size():
+    """Oracle: a hand-derived instance and the margin's exact decimal value.
+
+    One sequence, ``z = e₁``, ``α = 0``: ``Δ₁ = (½, 0)`` binds (``W₁₁ = 2``, ``||W_mm|| = 2``, representable),
+    while ``Δ₂ = (1 + 1.7e308, 0)`` has margin ``2·(1 + 1.7e308) = 3.4e308``: beyond float64, so the
+    scale contract must raise naming constraint (0, 2) (not the finite one, (0, 1)) and ``1e+309``.
+    """
+    X = np.array([[[1.0, 0.0], [0.5, 0.0], [-1.7e308, 0.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), z=np.array([[1.0, 0.0]]))
+    margin = Decimal(2) * (Decimal(1) + Decimal("1.7e308"))
+    k = round(margin.log10())
+    assert k == 309
+    msg = f"the margin Δ_itᵀ W_mm z_i of constraint (i, t) = (0, 2) is about 1e+{k}: it overflows"
+    with pytest.raises(NumericalError, match="^" + re.escape(msg)):
+        solve_svm(inst, [0])
+
+
+#: KKT residuals recomputed from their definitions (KKTResiduals) at the caller's scale: both sides are
+#: O(1) ratios of exactly rescaled quantities (powers of two) whose roundings differ by a few eps; 1e-12
+#: leaves ~5000 eps, while each misreading of the definition changes a residual by a factor ≥ 2.
+KKT_DEF_RTOL = 1e-12
+
+
+def test_min_norm_kkt_residuals_of_an_injected_point_follow_their_definitions(monkeypatch):
+    """Oracle: the definitions in :class:`KKTResiduals`, evaluated by hand on the problem as posed.
+
+    Rows ``a₀ = (1, 0)`` (equality, ``b₀ = 1``) and ``a₁ = (0, 4)`` (``≥ 2``). The exact core is replaced
+    (fault injection) by ``w = (1 + δ, ½)`` and scaled-problem multipliers ``λ' = (½, −½)``; the solver
+    equilibrates row r by ``2^{−k_r}`` (``k = (1, 3)``), so the multipliers as posed are
+    ``λ = 2^{−k}λ' = (¼, −1/16)``. Then: primal feasibility = ``δ/(1 + ||w||)`` (the equality row's
+    *positive* slack counts), dual feasibility = ``(1/16)/(¼) = ¼`` (relative to ``max|λ|`` as posed),
+    complementary slackness = the same ``δ/(1 + ||w||)`` (row 0 has the largest ``|λ|``, row 1 slack 0).
+    """
+    delta = 2.0**-10
+    w = np.array([1.0 + delta, 0.5])
+    monkeypatch.setattr(
+        S, "_core", lambda L, b, eq, hint: S._Core(w.copy(), np.array([0.5, -0.5]), 0.0, 1, "injected")
+    )
+    Amat = np.array([[1.0, 0.0], [0.0, 4.0]])
+    sol = min_norm_dual(Amat @ Amat.T, np.array([1.0, 2.0]), equality=[0], factor=Amat)
+    np.testing.assert_array_equal(sol.coords, w)  # the injected point, at the caller's scale (Gb = 0)
+    pf = delta / (1.0 + float(np.hypot(1.0 + delta, 0.5)))
+    assert sol.kkt.primal_feasibility == pytest.approx(pf, rel=KKT_DEF_RTOL)
+    assert sol.kkt.dual_feasibility == pytest.approx(0.25, rel=KKT_DEF_RTOL)
+    assert sol.kkt.complementary_slackness == pytest.approx(pf, rel=KKT_DEF_RTOL)
+    assert not sol.certified
+
+
+def test_att_svm_primal_feasibility_of_a_shrunk_solution_follows_its_definition(monkeypatch):
+    """Oracle: ``max_r max(0, 1 − Δ_rᵀWz_i)/(1 + ||Δ_r||·||z_i||·||W||_F)`` from the data as given.
+
+    The exact core's point is shrunk by 15/16 (fault injection): every binding margin drops to 15/16, and
+    the residual of each row is measured with its own ``||Δ_r||·||z_i||`` (rows of different lengths
+    here: ``Δ = (1, 0)`` and ``(0, 3)``, and a second sequence with query ``(0, 2)``).
+    """
+    real = S._core
+    monkeypatch.setattr(
+        S, "_core", lambda *a: dataclasses.replace(real(*a), u=real(*a).u * (15.0 / 16.0), method="shrunk")
+    )
+    X = np.array(
+        [
+            [[1.0, 0.0], [0.0, 0.0], [1.0, -3.0]],
+            [[0.0, 1.0], [0.0, -0.5], [2.0, 1.0]],
+        ]
+    )
+    z = np.array([[1.0, 1.0], [0.0, 2.0]])
+    inst = A.Instance(X, np.array([1.0, -1.0]), np.array([1.0, 0.0]), z=z)
+    sol = solve_svm(inst, [0, 0], method="dual")
+    W = np.asarray(sol.W)
+    wn = float(np.linalg.norm(W))
+    pf = 0.0
+    for i, t in np.asarray(sol.pairs):
+        d = X[i, 0] - X[i, t]
+        pf = max(
+            pf,
+            max(0.0, 1.0 - float(d @ W @ z[i]))
+            / (1.0 + float(np.linalg.norm(d) * np.linalg.norm(z[i])) * wn),
+        )
+    assert pf > 0.01  # the injected point violates the binding rows by 1/16 of their margin
+    assert sol.kkt.primal_feasibility == pytest.approx(pf, rel=KKT_DEF_RTOL)
+    assert not sol.certified
+
+
+def test_a_factor_entry_flushed_by_equilibration_raises_no_underflow_warning():
+    """Oracle: the hand-derived optimum of rows ``(2^500, 2^-600)`` and ``(0, 1)``, both ``≥ 1``.
+
+    ``w = (2^-500·(1 − 2^-600), 1)``, i.e. ``(2^-500, 1)`` in float64. Equilibrating row 0 by ``2^-501``
+    flushes its ``2^-600`` entry below ``2^-1074`` (documented as negligible); that must happen silently
+    even when the caller has NumPy warn on underflow (warnings are errors here).
+    """
+    Lu = np.array([[2.0**500, 2.0**-600], [0.0, 1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(under="warn"):
+            sol = min_norm_dual(Lu @ Lu.T, np.array([1.0, 1.0]), factor=Lu)
+    assert sol.certified
+    np.testing.assert_array_equal(sol.coords, [2.0**-500, 1.0])
+
+
+def test_a_raw_conic_solution_beyond_the_double_range_is_dropped_without_a_warning():
+    """Oracle: the hand-derived ``W₁₁ = 1/(Δ₁z₁) = 2^1024/(1 + 2^-52)``, one ulp below ``2^1024``.
+
+    One constraint, ``Δ = (2^-1022, 0)``, ``z = (¼(1 + 2^-52), 0)``: ``W_mm = W₁₁e₁e₁ᵀ`` with ``W₁₁`` =
+    1.7976931348623155e308 (rounded), representable. The conic solver's raw answer carries ~1e-10 relative
+    error (measured 1.2e-10, above the exact one with Clarabel), so at the data's scale it may not be a
+    double: ``W_raw`` is then ``None`` — never ``inf`` and never an overflow warning.
+    """
+    X = np.array([[[2.0**-1022, 0.0], [0.0, 0.0]]])
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), z=np.array([[0.25 * (1 + 2.0**-52), 0.0]]))
+    w11 = Decimal(2) ** 1024 / (Decimal(1) + Decimal(2) ** -52)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sol = solve_svm(inst, [0], method="primal")
+    assert sol.certified
+    assert float(sol.W[0, 0]) == pytest.approx(float(w11), rel=CERTIFY_RTOL)
+    assert sol.W_raw is None or bool(np.all(np.isfinite(sol.W_raw)))
+
+
+def test_the_most_violated_row_is_added_even_when_a_lesser_violation_comes_first():
+    """Oracle: the documented rule of the refinement, traced by hand on three rows.
+
+    Rows ``e₁ ≥ 1``, ``e₂ ≥ 0.1``, ``e₂ ≥ 5`` with hint ``{0}``: at ``w = e₁`` row 1 is violated by 0.1
+    (relative 0.1/1.1) and row 2 by 5 (relative 5/6); adding row 2 (the most violated, listed last) gives
+    ``w = (1, 5)`` where row 1 holds: 2 iterations, no fallback. Adding row 1 first would end in the
+    inconsistent tight set ``{e₂ = 0.1, e₂ = 5}`` and the NNLS fallback.
+    """
+    Am = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    r = min_norm_dual(Am @ Am.T, np.array([1.0, 0.1, 5.0]), factor=Am, support_hint=[0])
+    assert r.method == "active-set" and r.iterations == 2
+    np.testing.assert_allclose(r.coords, [1.0, 5.0], rtol=0, atol=EXACT_ATOL)
+    np.testing.assert_allclose(r.multipliers, [1.0, 0.0, 5.0], rtol=0, atol=EXACT_ATOL)
+    assert r.certified
