@@ -381,12 +381,16 @@ def _log_grad(
         _refuse_undetermined(log_kdf, Y * fw.f, size_i, loss)
     star = int(np.argmax(size_i))
     top, E_star = float(top_i[star]), int(E[star])
-    # D ≤ 0; below −4000 the sequence is 0 to every double's precision (clip keeps q ln2 + r exact).
-    D = np.maximum(np.where(has, top_i - top, 0.0), -4000.0)
+    # A sequence whose largest term is below e^−4000 of the largest sequence's — judged on its whole
+    # log size, the exponent gap E_i − E* included (clipping top_i − top alone before adding the gap
+    # gave a wrong size) — is 0 to every double's precision; the others keep their exact shift.
+    use = has & (size_i - size_i[star] >= -4000.0)
+    D = np.where(use, top_i - top, 0.0)  # ≥ −4000 − |E_i − E*|·ln 2: q fits an int, q ln2 + r is exact
     q = np.floor(D / _LN2)
     r = D - q * _LN2
     # Clipped: a shift below −4000 leaves 0 either way (doubles end at 2^−1074), and it fits an int.
-    shift = np.clip(np.where(has, q + E - E_star, 0), -4000, 4000).astype(np.int64)
+    shift = np.clip(np.where(use, q + E - E_star, 0), -4000, 4000).astype(np.int64)
+    live = live & use[:, None]
     with np.errstate(under="ignore"):  # terms below 2^−1074 of the largest are 0 to that accuracy
         within = np.exp(np.where(live, small - np.where(has, small_top_i, 0.0)[:, None], -np.inf))  # ≤ 1
         sized = np.ldexp(within * np.exp(r)[:, None], shift[:, None])  # |w_it|·||x'||·||z'||, scaled
@@ -401,7 +405,7 @@ def _log_grad(
             log_mix = _masked_logsumexp(pair, different, axis=2)
             # relative to the sequence's largest term: log|ℓ'_i|/n cancels (see `small` above)
             log_vr = log_s + log_mix + math.log(X.shape[2] * EPS) + log_norms
-        vr_ok = np.isfinite(log_vr) & has[:, None] & np.isfinite(log_l)[:, None]
+        vr_ok = np.isfinite(log_vr) & use[:, None] & np.isfinite(log_l)[:, None]
         vr = np.where(
             vr_ok,
             np.ldexp(

@@ -634,3 +634,53 @@ def test_subnormal_gradient_with_a_huge_loss_derivative_is_refused():
     with pytest.raises(GradientRangeError, match="underflows") as info:
         A.risk_grad(inst, np.array([[w]]), "exponential")
     assert info.value.log_norm == pytest.approx(log_ref, rel=64 * EPS)
+
+
+def _mp_risk_grad(X: np.ndarray, Y: np.ndarray, v: np.ndarray, z: np.ndarray, W: np.ndarray) -> list:
+    """The logistic-risk gradient in 80-digit mpmath from the definition:
+    ∇L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it (a_it − f_i) x_it z_iᵀ, ℓ'(u) = −1/(1 + e^u)."""
+    with mpmath.workdps(80):
+        n, T, d = X.shape
+        G = [[mpmath.mpf(0)] * d for _ in range(d)]
+        for i in range(n):
+            x = [[mpmath.mpf(float(X[i, t, k])) for k in range(d)] for t in range(T)]
+            zi = [mpmath.mpf(float(z[i, k])) for k in range(d)]
+            logit = [
+                sum(x[t][j] * mpmath.mpf(float(W[j, k])) * zi[k] for j in range(d) for k in range(d))
+                for t in range(T)
+            ]
+            top = max(logit)
+            e = [mpmath.exp(lg - top) for lg in logit]
+            s = [w / sum(e) for w in e]
+            a = [sum(mpmath.mpf(float(v[k])) * x[t][k] for k in range(d)) for t in range(T)]
+            f = sum(s[t] * a[t] for t in range(T))
+            lp = -1 / (1 + mpmath.exp(mpmath.mpf(float(Y[i])) * f))
+            for t in range(T):
+                c = lp * mpmath.mpf(float(Y[i])) * s[t] * (a[t] - f) / n
+                for j in range(d):
+                    for k in range(d):
+                        G[j][k] += c * x[t][j] * zi[k]
+        return G
+
+
+def test_normalized_direction_across_sequences_whose_scales_differ_by_2_to_the_2000() -> None:
+    """Regression: the log-domain gradient clipped each sequence's log-size gap at −4000 before adding
+    its exponent gap E_i − E*, so a sequence 2^2000 apart in scale got a wrong size and the direction
+    came out ≈ −e₁e₁ᵀ (log-norm −2607.4). Oracle: 80-digit mpmath from the definition."""
+    X = np.array([[[2.0**1000, 0.0], [0.0, 0.0]], [[0.0, 2.0**-1000], [0.0, 0.0]]])
+    z = np.array([[2.0**1000, 0.0], [0.0, 2.0**-1000]])
+    Y = np.array([1.0, 1.0])
+    v = 8800 * 2.0**-1000 * np.array([1.0, 1.0])
+    W = np.zeros((2, 2))
+    g = A.normalized_risk_grad(A.Instance(X, Y, v, z), W)
+    G = _mp_risk_grad(X, Y, v, z, W)
+    with mpmath.workdps(80):
+        norm = mpmath.sqrt(sum(G[j][k] ** 2 for j in range(2) for k in range(2)))
+        ref = np.array([[float(G[j][k] / norm) for k in range(2)] for j in range(2)])
+        log_norm = float(mpmath.log(norm))
+    assert np.max(np.abs(g.direction - ref)) <= HUGE_MARGIN_DIR_ATOL
+    assert abs(g.log_norm - log_norm) <= LOG_NORM_RTOL * abs(log_norm)
+
+
+#: log||∇L|| is a sum of logs of size ~3000 each rounded to a few ulps: 1e-12 relative covers it.
+LOG_NORM_RTOL = 1e-12
