@@ -536,7 +536,8 @@ def test_svm_margins_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray], kw: 
     # Documented refusal below the range: a margin under 2.2e-308 whose subnormal rounding (up to
     # 2^-1075) may exceed its error bound d²·eps·Σ|Δ W z| (then the value is not returned as a rounded 0).
     under = any(
-        abs(e) < FLOAT_TINY * RANGE_SLACK and d * d * EPS * float(mgn) < 2.0**-1075 * RANGE_SLACK
+        # in mpmath: 2^-1075 itself is not a double (2.0**-1075 rounds to 0.0)
+        abs(e) < FLOAT_TINY * RANGE_SLACK and d * d * EPS * mgn < mpmath.mpf(2) ** -1075 * RANGE_SLACK
         for e, mgn in zip(mg, mag, strict=True)
     )
     M = _expect(lambda: A.svm_margins(si.inst, W, alpha), over or under, "margin overflow or underflow")
