@@ -40,7 +40,7 @@ import mpmath
 import numpy as np
 import pytest
 import torch
-from hypothesis import event, example, given, note, target
+from hypothesis import event, example, given, note, settings, target
 from hypothesis import strategies as st
 
 import attnsvm as A
@@ -598,4 +598,9 @@ def test_screen_discards_are_rare() -> None:
     MAX_SCREENED_FRACTION of the compared cases."""
     if _screen["all"] == 0:
         pytest.skip("selected alone: the property did not run in this session")
+    if settings.get_current_profile_name() == "mutation":
+        # The bound measures the suite's power at the ci profile's 100 examples; the mutation
+        # profile runs 25 (there one discarded example is already 4 %), so the rate is not checked
+        # there: a mutant is judged by the assertions on the examples that were compared.
+        pytest.skip("discard rate not checked in the mutation profile (25 examples)")
     assert _screen["screened"] <= MAX_SCREENED_FRACTION * _screen["all"], _screen
