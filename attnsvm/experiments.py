@@ -809,16 +809,28 @@ def _segmented_batch(
     loss: str,
     device: str,
     on_mark: Callable[[int], None] | None = None,
+    *,
+    W0: Any | None = None,
 ) -> list[tuple[int, Any, Any]]:
     """Run batched GD and return ``(step, W (B,d,d), tokens (B,n))`` at each step of ``marks``.
 
     :func:`attnsvm.gd.run_gd_batch` is called once per segment with ``W0`` = the previous end
-    point; a GD update depends only on the current iterate, so this is the same trajectory.
+    point (the first from ``W0``, default 0); a GD update depends only on the current iterate, so
+    this is the same trajectory. ``on_mark(k)`` is called when every instance has reached ``marks[k]``.
+
+    Inside a family's Dask task (``reproduce --scheduler dask``) a batch of at least two
+    :data:`attnsvm.distributed.GD_CHUNK` chunks runs as Dask tasks, chunk by chunk, with bitwise
+    the iterates and tokens of this serial loop (see :mod:`attnsvm.distributed` for the condition);
+    a local run never imports dask.
     """
+    from .distributed import gd_batch_runner
     from .gd import run_gd_batch
 
+    runner = gd_batch_runner(len(instances))
+    if runner is not None:
+        return runner(instances, marks, lr, normalized, loss, device, on_mark, W0=W0)
     out = []
-    W = None
+    W = W0
     prev = 0
     for k, m in enumerate(marks):
         tr = run_gd_batch(
@@ -1075,8 +1087,6 @@ def _confirm_counterexamples(counter: list[dict[str, Any]], steps: int, device: 
     ``DIVERGING_FRACTION`` of ``η`` per step): only then is it a counterexample to the conjecture
     rather than a finite-horizon artefact.
     """
-    from .gd import run_gd_batch
-
     cands = [c for c in counter if c["settled"] and c["diverging"]]
     if not cands:
         return
@@ -1095,15 +1105,11 @@ def _confirm_counterexamples(counter: list[dict[str, Any]], steps: int, device: 
         Instance(pad(c["_inst"].X, 2), c["_inst"].Y, pad(c["_inst"].v, 0), pad(c["_inst"].z, 1))
         for c in cands
     ]
-    tr = run_gd_batch(
-        insts,
-        steps=more,
-        lr=0.1,
-        device=None if device == "cpu" else device,
-        W0=np.stack([pad(pad(c["_W"], 0), 1) for c in cands]),
-        record_at=[more],
+    # one segment: the run_gd_batch call of the family's runs (chunked on Dask when the batch is large)
+    ((_, W_end, tok_end),) = _segmented_batch(
+        insts, [more], 0.1, True, "logistic", device, W0=np.stack([pad(pad(c["_W"], 0), 1) for c in cands])
     )
-    for c, W, tokens in zip(cands, np.array(tr.W), np.array(tr.final_tokens), strict=True):
+    for c, W, tokens in zip(cands, W_end, tok_end, strict=True):
         growth = float(np.linalg.norm(W) - np.linalg.norm(c["_W"]))
         c["confirmed"] = bool(
             np.array_equal(tokens, c["_alpha"]) and growth >= DIVERGING_FRACTION * 0.1 * more
@@ -2380,3 +2386,7 @@ def toys_family(size: str, seed: int, jobs: int, device: str, progress: Progress
         severity="finding",
     )
     return res
+
+
+# Families kept in their own modules register themselves on import (last: they import this module).
+from .families import autograd_saturation as _autograd_saturation  # noqa: E402, F401
