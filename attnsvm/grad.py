@@ -24,7 +24,28 @@ data of any size (its ``log_norm`` shifts by the log of the factor). :func:`risk
 fast plain products when an underflow screen shows they are exact to ``eps`` (the common case),
 otherwise rebuilds ``∇L = e^top · 2^E · G'`` from the log-domain form; it raises
 :class:`GradientRangeError` when ``||∇L||`` is not a normal double, instead of returning zeros,
-subnormal digits or Inf. Logits or outputs ``f_i`` beyond 1.8e308 raise naming them.
+subnormal digits or Inf. Logits or outputs ``f_i`` beyond 1.8e308 raise naming them; so does a row
+of logits spanning more than 1.8e308 when no other term survives (a weight ``e^{−gap}`` is then not
+even a double in logs, and the true ``∇L ≠ 0`` is below any double: never returned as 0).
+
+Accuracy (what the checks guarantee, first order in ``eps``). With ``M = Σ_it |w_it|·||x_it||·||z_i||``
+(``w_it = ℓ'_i Y_i s_it c_it/n``, ``c_it = Σ_u s_iu (a_it − a_iu)``), ``M̃`` the same with ``|c_it|``
+replaced by ``Σ_u s_iu |a_it − a_iu|`` (``M̃ ≥ M``), the values' rounding
+``VE = d·eps·Σ_it |ℓ'_i| s_it Σ_{u: x_iu ≠ x_it} s_iu (|a|_it + |a|_iu)·||x_it||·||z_i||/n``
+(``|a| = Σ_k |v_k x_k|``), the logits' rounding ``δl_i = d²·eps·max_t Σ_jk |x_itj W_jk z_ik|`` and the
+outputs' ``δf_i`` (:func:`_output_spread`), the computed ``Ĝ`` satisfies
+
+    ||Ĝ − ∇L||_F ≲ (nT + T + d)·eps·M̃ + 2·max_i δl_i·M̃ + max_i κ_i δf_i·M̃ + VE,
+
+``κ_i = |ℓ''/ℓ'| ≤ 1`` (0 for the correlation loss). Both functions refuse (``NumericalError``, "rounding
+level") when ``||Ĝ|| ≤ CANCELLATION_FACTOR·(nT·eps·M + VE)``, and ("undetermined") when a sequence that
+matters has ``κ_i δf_i > 1``. So a returned result has the sum's and the values' rounding below
+``1/CANCELLATION_FACTOR`` of its norm; the other terms are not checked: its relative error is the bound
+over ``||∇L||``, which is ``≲ (nT + T + d)·eps`` for O(1) logits and values when the terms do not cancel
+(``M̃ ≈ ||∇L||``), but grows with the logits (``δl``), with outputs that cancel (``δf``; ``κδf < 2^−20``
+on the plain path, ``≤ 1`` on the log-domain one) and with cancellation between the terms (``M̃/||∇L||``).
+The one 0 returned for nonzero terms: their float64 sum cancels exactly (e.g. a sequence repeated with
+the opposite label, where ``∇L = 0`` by symmetry), correct to the absolute bound above.
 
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (gradient, normalized GD);
 Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
@@ -33,6 +54,7 @@ Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,6 +65,7 @@ from .errors import NumericalError
 from .instance import Instance, pow2_split, split_rows
 from .losses import Loss, LossLike, _logistic_value, correlation, exponential, get_loss, logistic
 from .scaling import (
+    FLOAT_MAX,
     FLOAT_TINY,
     LOG_FLOAT_MAX,
     check_log_representable,
@@ -311,8 +334,24 @@ def _risk_grad_plain(
         )
         n, T, d = X.shape
         level = UNDERFLOW_SAFETY * n * T * T * d * FLOAT_TINY * bracket
-    if not (math.isfinite(level) and gmax >= level):
-        return None
+        if not (math.isfinite(level) and gmax >= level):
+            return None
+        # The rounding level of the result, as normalized_risk_grad_of checks it: the sum's own
+        # rounding nT·eps·M (M = Σ_it |w_it|·||x_it||·||z_i||) and the values' rounding VE, which enters
+        # every a_it − a_iu of two different tokens (their rounded values may differ by d·eps·(|a|_t +
+        # |a|_u), |a| = Σ_k |v_k x_k|, however close the true ones are). At or below 8·(nT·eps·M + VE) the
+        # plain G may be mostly rounding (a contrived instance had 33 % error): the log-domain path decides
+        # (it refuses). Overflow of these sizes (inf, nan) also hands over.
+        xn = np.linalg.norm(X, axis=2) * np.linalg.norm(z, axis=1)[:, None]  # ||x_it||·||z_i||
+        M = float(np.sum(np.abs(w) * xn))
+        amag = np.abs(X) @ np.abs(v)
+        # Σ_{u≠t} s_u (|a|_t + |a|_u) in O(nT): an upper bound of _log_grad's sum over the tokens that
+        # differ from t (exact copies are not excluded here: a stricter test, the log path decides).
+        mix = np.maximum(amag * (1.0 - 2.0 * s) + np.sum(s * amag, axis=1, keepdims=True), 0.0)
+        VE = float(np.sum((np.abs(dl) / n)[:, None] * s * (d * EPS) * mix * xn))
+        gnorm = gmax * float(np.linalg.norm(G / gmax))
+        if not gnorm > CANCELLATION_FACTOR * (n * T * EPS * M + VE):
+            return None
     return G
 
 
@@ -325,10 +364,87 @@ class _LogGrad(NamedTuple):
     magnitude: float
     zero: bool  # every term is exactly 0: ∇L = 0
     value_error: float = 0.0  # the values' rounding carried into G (same units), see _log_grad
+    #: ``log`` of an upper bound on ``||∇L||`` when every nonzero term has a softmax weight below
+    #: ``e^{−1.8e308}`` (a logit gap overflowed: no term is representable, even in logs); else ``None``.
+    dead_log_bound: float | None = None
 
     @property
     def log_factor(self) -> float:
         return self.top + self.e2 * _LN2
+
+
+def _no_live_term(
+    X: FloatArray,
+    v: FloatArray,
+    fw: _Forward,
+    log_s: FloatArray,
+    log_l: FloatArray,
+    sign_w: FloatArray,
+    norms: FloatArray,
+) -> _LogGrad:
+    """No term has a finite log size: ``∇L`` is exactly 0, or below any double, or at value rounding.
+
+    * Dead terms (``log s_it = −inf`` with ``ℓ'_i ≠ 0``, ``a_it ≠ f_i``, ``x_it, z_i ≠ 0``): a row of logits
+      spans more than 1.8e308, so ``s_it < e^{−1.8e308}`` is not even a double in logs. The true
+      gradient is not 0: ``dead_log_bound`` bounds its log (``|a_t − a_u| ≤ 2d·2^ea_i``,
+      ``||x'||·||z'|| ≤ d``, at most ``nT²`` such products).
+    * Every computed centred value ``a_it − a_iu`` is 0 but two tokens' exact values ``vᵀx`` differ
+      (a difference below the values' rounding): 0 is wrong, its size unknown (``value_error = inf``:
+      the callers refuse at rounding level).
+    * Otherwise every term is exactly 0 (equal values, ``ℓ' = 0``, or zero tokens/queries).
+    """
+    n, T, d = X.shape
+    d0 = np.zeros((d, d))
+    ok_l = np.isfinite(log_l)[:, None]  # ℓ'_i ≠ 0
+    dead = np.isneginf(log_s) & (sign_w != 0) & (norms > 0) & ok_l
+    if np.any(dead):
+        E = (fw.ea + fw.ex + fw.ez) * _LN2
+        with np.errstate(divide="ignore"):
+            seq = np.where(np.any(dead, axis=1), log_l + E, -np.inf)
+        bound = float(np.max(seq)) - FLOAT_MAX + math.log(2.0 * d * d * T * T)  # log s_it < −FLOAT_MAX
+        return _LogGrad(d0, 0.0, 0, 0.0, False, 0.0, bound)
+    different = np.any(X[:, :, None, :] != X[:, None, :, :], axis=3)
+    pair_mag = fw.amag[:, :, None] + fw.amag[:, None, :]
+    unsure = different & (pair_mag > 0) & (norms > 0)[:, :, None] & ok_l[:, :, None]
+    for i in np.flatnonzero(np.any(unsure, axis=(1, 2))):
+        # The rounded values of sequence i are equal but its tokens differ: compare the exact values
+        # Σ_k v_k x_itk in rational arithmetic (doubles are exact rationals), so that only a true
+        # difference hidden by rounding is refused (this branch is rare: every computed term is 0).
+        if len({_exact_value(X[i, t], v) for t in range(T)}) > 1:
+            return _LogGrad(d0, 0.0, 0, 0.0, False, math.inf)
+    return _LogGrad(d0, 0.0, 0, 0.0, True)
+
+
+def _exact_value(x: FloatArray, v: FloatArray) -> Fraction:
+    """``vᵀx`` exactly, as a rational number."""
+    return sum((Fraction(float(a)) * Fraction(float(b)) for a, b in zip(x, v, strict=True)), Fraction(0))
+
+
+#: ``log`` of the smallest positive (subnormal) double, 2^−1074: below it a value is 0 in float64.
+_LOG_SUBNORMAL_MIN = -1074 * _LN2
+
+
+def _dead_error(lg: _LogGrad, remedy: str) -> NumericalError:
+    """The refusal of a gradient whose every term has a weight below ``e^{−1.8e308}`` (see _no_live_term)."""
+    assert lg.dead_log_bound is not None
+    if lg.dead_log_bound < _LOG_SUBNORMAL_MIN:
+        return GradientRangeError(
+            str(
+                range_error(
+                    "the risk gradient ∇L(W) (Frobenius norm)",
+                    -math.inf,
+                    remedy="A gap between two logits x_itᵀ W z_i of a sequence exceeds 1.8e308, so a softmax "
+                    "weight e^{−gap} and the gradient are far below float64's normal range "
+                    "[2.2e-308, 1.8e308] (even log||∇L|| is not a double). " + remedy,
+                )
+            ),
+            -math.inf,
+        )
+    return NumericalError(
+        "the risk gradient ∇L(W) is undetermined in float64: a gap between two logits of a sequence exceeds "
+        "1.8e308 (a weight e^{−gap} is not a double, even in logs) while |ℓ'| is as large as e^{gap}. "
+        "Scale W (or the data) down"
+    )
 
 
 def _log_grad(
@@ -367,8 +483,7 @@ def _log_grad(
     # from these alone.
     small = log_s + log_c + log_norms
     if not np.any(live):
-        zero = not np.any(np.isneginf(log_s) & (sign_w != 0) & (norms > 0))
-        return _LogGrad(np.zeros((X.shape[2], X.shape[2])), 0.0, 0, 0.0, zero)
+        return _no_live_term(X, v, fw, log_s, log_l, sign_w, norms)
     # Sequence i contributes e^{log_w_it} · 2^{E_i} · x'_it z'_iᵀ with the integer E_i = ea_i + ex_i + ez_i
     # (the data's scale, kept exact) and |x'|, |z'| < 1. Factor out the largest sequence,
     # e^top · 2^E*, and rescale the others by 2^(q_i + E_i − E*) · e^{r_i}, q_i ln2 + r_i = top_i − top.
@@ -451,12 +566,22 @@ def risk_grad_of(
     if lg.zero:
         return np.zeros((d, d))
     remedy = "Use normalized_risk_grad, which returns the direction and log||∇L|| exactly at any scale"
+    if lg.dead_log_bound is not None:
+        # A logit gap overflowed: the true gradient is not 0 but below any double (never return 0).
+        raise _dead_error(lg, "Scale W down")
     gmax = float(np.max(np.abs(lg.G))) if lg.G.size else 0.0
-    if gmax == 0.0:
-        # The contributions cancel exactly in float64 (e.g. a sequence repeated with the opposite
-        # label): 0 is the answer to the documented absolute accuracy nT·eps·Σ|w_it||x_it||z_i|.
+    if gmax == 0.0 and lg.magnitude > 0.0:
+        # Nonzero terms whose float64 sum cancels exactly (e.g. a sequence repeated with the opposite
+        # label, ∇L = 0 by symmetry): 0, to the absolute accuracy nT·eps·M + VE (documented). Without
+        # a nonzero term (magnitude 0: the values' differences all rounded to 0) it is refused below.
         return np.zeros((d, d))
-    log_norm = lg.log_factor + math.log(gmax) + math.log(float(np.linalg.norm(lg.G / gmax)))
+    norm = float(np.linalg.norm(lg.G / gmax)) if gmax > 0 else 0.0
+    # The same rounding-level refusal as normalized_risk_grad_of: at or below it the computed G is
+    # mostly the rounding of its own sum or of the values, not ∇L (never returned as a number).
+    bound = CANCELLATION_FACTOR * (X.shape[0] * X.shape[1] * EPS * lg.magnitude + lg.value_error)
+    if not gmax * norm > bound:
+        raise NumericalError(f"the risk gradient ∇L(W) is undetermined in float64: {CANCELLED_MESSAGE}")
+    log_norm = lg.log_factor + math.log(gmax) + math.log(norm)
     # Below FLOAT_TINY the entries would be subnormal, with fewer than 53 significant bits.
     try:
         check_log_representable("the risk gradient ∇L(W) (Frobenius norm)", log_norm, remedy=remedy)
@@ -491,11 +616,13 @@ def normalized_risk_grad_of(
 ) -> GradDirection:
     """Array form of :func:`normalized_risk_grad` (no validation)."""
     lg = _log_grad(X, Y, z, v, W, loss)
-    if lg.zero or lg.magnitude == 0.0:
+    if lg.zero:
         raise NumericalError(
             "the risk gradient is exactly zero at this W (every sequence has equal token values "
             "or a zero loss derivative): W is stationary and the normalized direction is undefined"
         )
+    if lg.dead_log_bound is not None:
+        raise _dead_error(lg, "Scale W down: the direction is then defined by representable weights")
     G = lg.G
     # Normalise by max|G| before the norm: ||G|| squares the entries, which underflows below
     # ~1e-154 (tiny queries, or a saturated sequence led by a zero token) although G is normal.
@@ -535,11 +662,14 @@ def risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic")
 
     Computed in the cancellation-free form ``vᵀx_it − f_i = Σ_u s_iu (vᵀx_it − vᵀx_iu)``.
 
-    Scale: any finite data; normwise error ``≲ nT(d+T)·eps·Σ_it|w_it||x_it||z_i|`` (relative to
-    ``||∇L||`` when the contributions do not cancel). Returned when ``||∇L||_F`` lies in
-    [2.2e-308, 1.8e308] (or is 0); otherwise raises :class:`~attnsvm.NumericalError` pointing to
-    :func:`normalized_risk_grad` (never a subnormal or Inf gradient). Also raises when a logit or an
-    output ``f_i`` exceeds 1.8e308.
+    Scale: any finite data; returned when ``||∇L||_F`` lies in [2.2e-308, 1.8e308] (or every term is
+    exactly 0, or the float64 sum of the terms cancels exactly); otherwise raises
+    :class:`GradientRangeError` (a :class:`~attnsvm.NumericalError`) pointing to
+    :func:`normalized_risk_grad`, never a subnormal, 0 or Inf gradient. Also raises when a logit or an
+    output ``f_i`` exceeds 1.8e308, when a logit gap exceeds 1.8e308 and no other term survives.
+    Accuracy: normwise error ``≲ (nT+T+d)·eps·M̃ + 2δl·M̃ + κδf·M̃ + VE`` (module docstring); raises
+    ``NumericalError`` ("rounding level") when ``||∇L|| ≤ 8·(nT·eps·M + VE)``, where the computed value
+    would be mostly rounding, and ("undetermined") where ``ℓ'(Y_i f_i)`` has no correct digit.
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898, eq. for ∇L.
     """
@@ -577,9 +707,12 @@ def normalized_risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = 
 
     Scale: any finite data; the direction is invariant under power-of-two rescaling of ``X``,
     ``z``, ``v`` (with ``W`` keeping the logits) and ``log_norm`` shifts by the log of the factor.
-    Direction to ``≲ nT(d+T)·eps`` normwise; ``log_norm`` to that absolute. Raises
-    :class:`~attnsvm.NumericalError` when a logit or an output ``f_i`` exceeds 1.8e308 (naming it),
-    or when the contributions cancel to rounding level.
+    Accuracy: direction to ``2ε`` normwise and ``log_norm`` to ``ε`` absolute (plus ``eps·|log w|`` of
+    the log-domain rounding), ``ε = (||Ĝ − ∇L|| bound of the module docstring)/||∇L||``: ``≲ (nT+T+d)·eps``
+    for moderate logits and values without cancellation. Raises :class:`~attnsvm.NumericalError` when
+    a logit or an output ``f_i`` exceeds 1.8e308 (naming it), when a logit gap exceeds 1.8e308 and no
+    other term survives (``log||∇L||`` is then below −1.8e308), when the contributions cancel to
+    rounding level (``||∇L|| ≤ 8·(nT·eps·M + VE)``) and where ``ℓ'(Y_i f_i)`` is undetermined.
     """
     lo = get_loss(loss)
     Wa = inst.check_weights(W)

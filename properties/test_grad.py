@@ -17,7 +17,6 @@ import mpmath
 import numpy as np
 import pytest
 import torch
-from _discards import Tally, bounded_discards
 from hypothesis import event, example, given, target
 from hypothesis import strategies as st
 
@@ -147,7 +146,6 @@ def _mp_norm(G: list[list[mpmath.mpf]]) -> mpmath.mpf:
         return mpmath.sqrt(mpmath.fsum(g * g for row in G for g in row))
 
 
-_ORACLE_TALLY = Tally()
 #: The error model fixes a direction only when ``||Ĝ − G*|| < ½||G*||`` (else its sign is unknown).
 UNDETERMINED_REL = 0.5
 
@@ -266,14 +264,69 @@ def test_risk_grad_equals_central_differences(
     assert abs(fd - float(np.sum(A.risk_grad(inst, W, loss) * E))) <= tol
 
 
+def mp_rounding_level(inst: Instance, W: np.ndarray, loss: str) -> mpmath.mpf:
+    """The documented rounding level of the float gradient, ``nT·EPS·M + VE``, in mpmath (oracle).
+
+    ``M = Σ_it |w_it|·||x_it||·||z_i||`` (``|w_it| = |ℓ'_i| s_it |Σ_u s_iu (a_t − a_u)|/n``) and the
+    values' rounding ``VE = d·EPS·Σ_it |ℓ'_i| s_it Σ_{u: x_iu ≠ x_it} s_iu (A_t + A_u)·||x_it||·||z_i||/n``
+    (``A_t = Σ_k |v_k x_tk|``; an exact copy of a token has the same rounded value). ``risk_grad`` and
+    ``normalized_risk_grad`` refuse at ``||Ĝ|| ≤ CANCELLATION_FACTOR`` times it."""
+    n, T, d = inst.shape
+    with mpmath.workdps(ORACLE_DPS):
+        mpf = mpmath.mpf
+        Wm = [[mpf(float(W[k, j])) for j in range(d)] for k in range(d)]
+        vm = [mpf(float(c)) for c in inst.v]
+        M = VE = mpf(0)
+        for i in range(n):
+            z = [mpf(float(c)) for c in inst.z[i]]
+            xs = [[mpf(float(c)) for c in inst.X[i, t]] for t in range(T)]
+            Wz = [mpmath.fsum(Wm[k][j] * z[j] for j in range(d)) for k in range(d)]
+            lg = [mpmath.fsum(x[k] * Wz[k] for k in range(d)) for x in xs]
+            a = [mpmath.fsum(x[k] * vm[k] for k in range(d)) for x in xs]
+            Aabs = [mpmath.fsum(abs(x[k] * vm[k]) for k in range(d)) for x in xs]
+            m = max(lg)
+            e = [mpmath.exp(li - m) for li in lg]
+            s = [ei / mpmath.fsum(e) for ei in e]
+            u = mpf(float(inst.Y[i])) * mpmath.fsum(si * ai for si, ai in zip(s, a, strict=True))
+            dl = abs(
+                {"logistic": -1 / (1 + mpmath.exp(u)), "exponential": -mpmath.exp(-u)}.get(loss, mpf(-1))
+            )
+            zn = mpmath.sqrt(mpmath.fsum(c * c for c in z))
+            for t in range(T):
+                xn = mpmath.sqrt(mpmath.fsum(c * c for c in xs[t])) * zn
+                c_t = mpmath.fsum(s[u_] * (a[t] - a[u_]) for u_ in range(T))
+                M += dl * s[t] * abs(c_t) / n * xn
+                mix = mpmath.fsum(
+                    s[u_] * (Aabs[t] + Aabs[u_]) for u_ in range(T) if np.any(inst.X[i, u_] != inst.X[i, t])
+                )
+                VE += dl * s[t] * d * EPS * mix / n * xn
+        return n * T * EPS * M + VE
+
+
+#: ``risk_grad`` decides its rounding-level refusal from its own float64 ``M`` and ``VE``, which may
+#: differ from the oracle's by the error model's relative error (≪ 1 where a decision matters): a
+#: factor 2 on the oracle's level covers that edge.
+REFUSAL_SLACK = 2.0
+
+
 def _check_risk_grad(
     inst: Instance, W: np.ndarray, loss: str, Gm: list, norm: mpmath.mpf, tol: np.ndarray
 ) -> str:
     """``risk_grad`` is within ``tol`` of the oracle ``Gm`` entrywise, or refuses (NumericalError)
-    only where ``||∇L|| < RAISE_SLACK·FLOAT_TINY`` (the oracle's norm). Returns the outcome."""
+    only where ``||∇L|| < RAISE_SLACK·FLOAT_TINY`` (the oracle's norm; message pointing to
+    ``normalized_risk_grad``) or where ``||∇L||`` is within the error model's bound ``||tol||_F`` of
+    ``REFUSAL_SLACK·CANCELLATION_FACTOR`` times the oracle's rounding level (:func:`mp_rounding_level`;
+    message "cancel to rounding level"): there the float G may be mostly rounding. Returns the outcome."""
     try:
         G = A.risk_grad(inst, W, loss)
     except A.NumericalError as err:
+        if "rounding level" in str(err):
+            level = REFUSAL_SLACK * CANCELLATION_FACTOR * mp_rounding_level(inst, W, loss)
+            assert norm <= level + float(np.linalg.norm(tol)), (
+                f"risk_grad refused a gradient of norm {mpmath.nstr(norm, 5)} above its rounding level "
+                f"{mpmath.nstr(level, 5)}: {err}"
+            )
+            return "refused at the rounding level (values or sum)"
         assert norm < RAISE_SLACK * TINY, (
             f"risk_grad refused a gradient of norm {mpmath.nstr(norm, 5)}: {err}"
         )
@@ -289,7 +342,9 @@ def _check_risk_grad(
 def test_stable_grad_matches_high_precision_oracle(pair: tuple[Instance, np.ndarray], loss: str) -> None:
     """Oracle: the 50-digit mpmath gradient. At any saturation (runner-up weight 1e-1 … e^{−2000})
     every entry is exact to the error model (no cancellation), or ``risk_grad`` refuses because
-    ``||∇L||`` is below the normal range (as the oracle says), pointing to ``normalized_risk_grad``."""
+    ``||∇L||`` is below the normal range (as the oracle says), pointing to ``normalized_risk_grad``, or
+    because it is at the rounding level of its values or sum (oracle: :func:`mp_rounding_level`; e.g.
+    two leading values both at the rounding level of their dot products)."""
     inst, W = pair
     Gm, _ = mp_grad_and_scale(inst, W, loss)
     Smat, kappa = _scales(inst, W, loss, textbook=False)
@@ -304,7 +359,28 @@ def _direction_rel(inst: Instance, W: np.ndarray, loss: str, norm: mpmath.mpf, S
     return ULPS * EPS * kappa * ratio
 
 
-@bounded_discards(_ORACLE_TALLY)
+def _assert_direction(
+    res: A.GradDirection, D: np.ndarray, log_norm: float, rel: float, inst: Instance, W: np.ndarray, loss: str
+) -> None:
+    """The returned direction against the oracle ``D = G*/||G*||``, for every ``rel``.
+
+    ``||Ĝ − G*|| ≤ rel·||G*||`` gives ``||Ĝ/||Ĝ|| − D|| ≤ 2·rel`` (true for any ``rel``; once
+    ``2·rel ≥ 2`` it says no more than "a finite unit vector", which is asserted first) and
+    ``|log||Ĝ|| − log||G*||| ≤ −log(1 − rel)`` for ``rel < 1`` (``≤ rel + rel²`` for ``rel ≤ ½``; the
+    determined case keeps its ``rel`` bound), each plus the log-domain rounding."""
+    assert np.all(np.isfinite(res.direction))
+    assert abs(np.linalg.norm(res.direction) - 1) <= ULPS * EPS * inst.d
+    err = float(np.linalg.norm(res.direction - D))
+    dbound = 2 * rel + _log_domain_rtol(inst, W, loss)
+    target(err / dbound, label="direction error / bound")
+    assert err <= dbound
+    rounding = ULPS * EPS * max(1.0, abs(log_norm))
+    if rel < UNDETERMINED_REL:
+        assert abs(res.log_norm - log_norm) <= rel + rounding
+    elif rel < 1.0:
+        assert abs(res.log_norm - log_norm) <= -np.log1p(-rel) + rounding
+
+
 @given(saturated, st.sampled_from(LOSSES))
 def test_normalized_direction_matches_oracle(pair: tuple[Instance, np.ndarray], loss: str) -> None:
     """Oracle: the 50-digit mpmath gradient, normalised. The log-domain direction is exact even where
@@ -315,8 +391,9 @@ def test_normalized_direction_matches_oracle(pair: tuple[Instance, np.ndarray], 
     whose two leading values are both at the rounding level of their dot products
     (``a = 1.1e-16, 8.3e-17`` with ``Σ|v_k x_k| ≈ 1``, ``rel = 3e7``): their difference, hence the
     direction, is rounding noise, and ``normalized_risk_grad`` refuses. There a refusal is the right
-    answer and is asserted to happen only there; returned directions there are counted and bounded."""
-    _ORACLE_TALLY.run += 1
+    answer and is asserted to happen only there (``rel ≥ ½``); a direction returned there is held to the
+    same error model (:func:`_assert_direction`: within ``2·rel``, a finite unit vector), so every
+    example is tested and none is set aside."""
     inst, W = pair
     Gm, Sm = mp_grad_and_scale(inst, W, loss)
     norm = _mp_norm(Gm)
@@ -331,14 +408,10 @@ def test_normalized_direction_matches_oracle(pair: tuple[Instance, np.ndarray], 
         assert rel >= UNDETERMINED_REL, f"refused a direction the error model fixes (rel = {rel:.3g}): {exc}"
         event("refused: direction undetermined by the error model (rel ≥ ½)")
         return
-    if rel >= UNDETERMINED_REL:
-        _ORACLE_TALLY.discard("direction undetermined by the error model (rel ≥ ½), returned")
-        return
-    err = float(np.linalg.norm(res.direction - D))
-    bound = 2 * rel + _log_domain_rtol(inst, W, loss)
-    target(err / bound, label="direction error / bound")
-    assert err <= bound
-    assert abs(res.log_norm - log_norm) <= rel + ULPS * EPS * max(1.0, abs(log_norm))
+    event(
+        "returned: " + ("determined (rel < ½)" if rel < UNDETERMINED_REL else "rel ≥ ½, error model asserted")
+    )
+    _assert_direction(res, D, log_norm, rel, inst, W, loss)
 
 
 # ----------------------------------------------- the textbook form fails (a pinned finding)
@@ -391,10 +464,6 @@ _TINY_VALUES = A.Instance([[[0.0, 1.0], [1.0, 1.0]]], [1.0], [1.4e-278, 1.4e-278
 _TINY_GRAD = A.Instance([[[2.0**-126], [0.0]], [[0.0], [0.0]]], [1.0, 1.0], [2.0**-126], [[2.0**-126], [0.0]])
 
 
-_DIRECTION_TALLY = Tally()
-
-
-@bounded_discards(_DIRECTION_TALLY)
 @example(pair=(_ZERO_CENTRED, np.zeros((2, 2))), loss="logistic", scale=1.0)
 @example(pair=(_TINY_GRAD, np.ones((1, 1))), loss="logistic", scale=0.001)
 @example(pair=(_TINY_VALUES, np.array([[0.1865, -0.1960], [0.9500, 0.1556]])), loss="logistic", scale=2.0)
@@ -422,10 +491,10 @@ def test_normalized_direction_equals_normalized_gradient(
       and ``log||G*||`` to the error model, or refuses as "cancelled" only where ``||G*||`` is at
       the core's own cancellation level;
     * error model's relative bound ``rel ≥ DIRECTION_UNDETERMINED`` (``||G*||`` at the rounding
-      level of its float sum): outside the claim; counted and bounded by
-      ``_discards.MAX_DISCARD_FRACTION`` (5 %).
+      level of its float sum): float64 does not fix the direction, so ``normalized_risk_grad`` may
+      refuse; a returned direction is held to the same error model (within ``2·rel`` of ``G*/||G*||``,
+      a finite unit vector). These examples are tested, not set aside (no discards in this property).
     """
-    _DIRECTION_TALLY.run += 1
     inst0, W0 = pair
     inst = A.Instance(inst0.X, inst0.Y, inst0.v, scale * inst0.z)
     # W/max(1, c): the logits stay those of a moderate W (saturation is the saturated tests' domain;
@@ -444,21 +513,22 @@ def test_normalized_direction_equals_normalized_gradient(
     # oracle (no underflow, however saturated). rel ≥ ½: float64 does not determine the direction.
     rel = _direction_rel(inst, W, loss, norm, Sm)
     nG = float(norm)
+    with mpmath.workdps(ORACLE_DPS):
+        D = np.array([[float(g / norm) for g in row] for row in Gm])
+        log_norm = float(mpmath.log(norm))
+    event(_check_risk_grad(inst, W, loss, Gm, norm, tol))
     if rel >= DIRECTION_UNDETERMINED:
-        # float64 does not determine the direction here: the contract is "refuse, or a finite unit
-        # vector" (no NaN/Inf), asserted; counted, not compared (the ci rate rose to ~7 % when the
-        # example distribution changed, so it is reported by event rather than bounded).
-        event("direction undetermined by the error model (rel ≥ ½): refusal or unit vector asserted")
+        # float64 does not fix the direction here (||G*|| within the error model of its rounding):
+        # a refusal is right; a returned direction is held to the error model all the same (within
+        # 2·rel, a finite unit vector). Tested, not set aside.
         try:
             res = A.normalized_risk_grad(inst, W, loss)
         except A.NumericalError:
+            event("direction undetermined by the error model (rel ≥ ½): refused")
             return
-        assert (
-            np.all(np.isfinite(res.direction))
-            and abs(np.linalg.norm(res.direction) - 1) <= ULPS * EPS * inst.d
-        )
+        event("direction undetermined by the error model (rel ≥ ½): returned, error model asserted")
+        _assert_direction(res, D, log_norm, rel, inst, W, loss)
         return
-    event(_check_risk_grad(inst, W, loss, Gm, norm, tol))
     try:
         res = A.normalized_risk_grad(inst, W, loss)
     except A.NumericalError as err:
@@ -474,14 +544,7 @@ def test_normalized_direction_equals_normalized_gradient(
         assert nG <= 2 * CANCELLATION_FACTOR * inst.n * inst.T * EPS * mag
         event("refused as cancelled (at the core's cancellation level)")
         return
-    with mpmath.workdps(ORACLE_DPS):
-        D = np.array([[float(g / norm) for g in row] for row in Gm])
-        log_norm = float(mpmath.log(norm))
-    err = float(np.linalg.norm(res.direction - D))
-    dbound = 2 * rel + _log_domain_rtol(inst, W, loss)
-    target(err / dbound, label="direction error / bound")
-    assert err <= dbound
-    assert abs(res.log_norm - log_norm) <= rel + ULPS * EPS * max(1.0, abs(log_norm))
+    _assert_direction(res, D, log_norm, rel, inst, W, loss)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ of: *returned* (to :data:`EQUI_RTOL` relative to the largest entry, and only whe
 answer is a normal double), *refused* (a ``NumericalError`` naming float64's range, allowed only
 where some moved part is outside the range, :data:`RANGE_SLACK_BITS` at the edges), or *refused at
 scale 1 as well* (the same error class at both scales: equivariance of the refusal). Outcomes are
-counted with ``hypothesis.event``; nothing is skipped or discarded.
+counted with ``hypothesis.event``; nothing is skipped, and the one case set aside (the ``log_norm``
+comparison of a prompt direction refused at scale 1) is counted and bounded (``_discards``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from _discards import Tally, bounded_discards
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -280,9 +282,17 @@ def test_prompt_grad(case, data):
     )
 
 
+_PROMPT_DIR_TALLY = Tally()
+
+
+@bounded_discards(_PROMPT_DIR_TALLY)
 @given(PROMPT, st.data())
 def test_normalized_prompt_grad(case, data):
-    """The unit direction is unchanged and ``log||∇_p L||`` moves by (a+b)·log 2 (never refused)."""
+    """The unit direction is unchanged and ``log||∇_p L||`` moves by (a+b)·log 2 (never refused for range).
+
+    Where the direction is refused at scale 1 (a stationary or rounding-level prompt gradient) the
+    scaled call must refuse alike (asserted by ``sweep``); the ``log_norm`` comparison is then set aside,
+    counted and bounded by ``_discards.MAX_DISCARD_FRACTION`` (5 %)."""
     inst, W = case
     p = data.draw(vectors(inst.d))
     a, b, c, e = _prompt_tied(data, inst, W, p, True)
@@ -293,10 +303,13 @@ def test_normalized_prompt_grad(case, data):
         lambda G: [G.direction],
         [0],
     )
+    _PROMPT_DIR_TALLY.run += 1
     try:
         G1 = P.normalized_prompt_grad(inst, W, p)
     except NumericalError:
-        event("unit-scale direction refused: no equivariance to compare")
+        # The refusal itself was checked above (sweep: the scaled call refuses alike); only the
+        # log_norm comparison has no value at scale 1 to compare with. Counted and bounded.
+        _PROMPT_DIR_TALLY.discard("log_norm not compared: the direction is refused at scale 1")
         return
     G2 = P.normalized_prompt_grad(_inst(ld(inst.X, a), inst.Y, ld(inst.v, e)), ld(W, b), ld(p, c))
     assert abs(G2.log_norm - G1.log_norm - (a + b) * math.log(2)) <= EQUI_RTOL * max(1.0, abs(G2.log_norm))
@@ -553,14 +566,18 @@ def test_bregman_divergence(pair, p, data):
 @given(S.scaled_instances(S.feasible_instances(n=(1, 2), T=(2, 3))), st.sampled_from([1.5, 2.0, 3.0]))
 def test_solve_lp_svm(si, p):
     """W_p(2^jx X, 2^jz z) = 2^−(jx+jz) W_p, objective likewise, multipliers 2^−(jx+jz)p; v's scale is
-    irrelevant (the tokens are chosen by the sign-invariant argmax)."""
+    irrelevant (the tokens are chosen by the sign-invariant argmax).
+
+    The multipliers are part of the answer (``duals``, moved by ``2^−(jx+jz)p``): where they leave the
+    normal range the refusal is right, so they are compared (and their range decides) like ``W``. Found
+    by the ci run: μ ≈ 1e-309 refused while only W, objective and gap were checked."""
     s = si.jx + si.jz
     sweep(
         "solve_lp_svm",
         lambda: M.solve_lp_svm(si.original, p),
         lambda: M.solve_lp_svm(si.inst, p),
-        lambda sol: [sol.W, np.array([sol.objective]), np.array([sol.gap])],
-        [-s, -s, 0],
+        lambda sol: [sol.W, np.array([sol.objective]), np.array([sol.gap]), sol.duals],
+        [-s, -s, 0, -s * p],
         rtol=1e-9,  # Clarabel on bitwise-identical mantissas; the gap is a difference of ~1e-9
     )
 
@@ -673,13 +690,18 @@ def test_normalized_multitoken_grad(case, data):
 
 @given(mt_cases(), st.data())
 def test_selected_sets(case, data):
-    """O_i(2^a X, 2^a z, 2^−2a W) = O_i (same attention; never refused)."""
+    """O_i(2^a X, 2^a z, 2^−2a W) = O_i (same attention; never refused).
+
+    The exponents are drawn for the matrix actually scaled, ``4W`` (drawing them for ``W`` let
+    ``4W·2^b`` overflow to inf by 2 bits: "W must be finite"), so every scaled entry is a normal
+    double by construction."""
     inst, W, V = case
-    a, b, _ = _mt_exps(data, inst, W, V, False)
+    W4 = 4 * W  # exact: a power of two
+    a, b, _ = _mt_exps(data, inst, W4, V, False)
     sweep(
         "selected_sets",
-        lambda: MT.selected_sets(inst, 4 * W),
-        lambda: MT.selected_sets(S.scaled(inst, a, a, 0), ld(4 * W, b)),
+        lambda: MT.selected_sets(inst, W4),
+        lambda: MT.selected_sets(S.scaled(inst, a, a, 0), ld(W4, b)),
         lambda sets: [np.concatenate([np.append(s, -1) for s in sets]).astype(float)],
         [0],
         rtol=0.0,

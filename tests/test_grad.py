@@ -262,14 +262,18 @@ def test_no_public_call_modifies_its_inputs(inst):
 def test_cancellation_to_rounding_level_raises():
     """A sequence repeated with the opposite label has ∇L = 0 exactly under the correlation loss,
     but the float64 sum leaves rounding noise (found by the property suite): the normalized
-    direction must not be that noise."""
-    for seed in (0, 3):
+    direction must not be that noise, and risk_grad must not return it as a number (issue 13 §1: it
+    used to return the noise, ~1e-16, as the gradient: 100 % relative error)."""
+    for seed, exact in ((0, True), (3, False)):
         one = A.random_instance(1, 2, 1, seed=seed)
         dup = A.Instance(
             np.concatenate([one.X, one.X]), np.array([1.0, -1.0]), one.v, np.concatenate([one.z, one.z])
         )
-        g = A.risk_grad(dup, np.zeros((1, 1)), "correlation")
-        assert np.abs(g).max() <= 1e-15  # zero up to rounding
+        if exact:  # the float64 sum cancels exactly: 0 is returned (documented; the truth is 0)
+            assert np.all(A.risk_grad(dup, np.zeros((1, 1)), "correlation") == 0.0)
+        else:
+            with pytest.raises(NumericalError, match="undetermined in float64: .*cancel to rounding level"):
+                A.risk_grad(dup, np.zeros((1, 1)), "correlation")
         with pytest.raises(NumericalError, match="cancel to rounding level"):
             A.normalized_risk_grad(dup, np.zeros((1, 1)), "correlation")
 
@@ -684,3 +688,70 @@ def test_normalized_direction_across_sequences_whose_scales_differ_by_2_to_the_2
 
 #: log||∇L|| is a sum of logs of size ~3000 each rounded to a few ulps: 1e-12 relative covers it.
 LOG_NORM_RTOL = 1e-12
+
+
+# ------------------------------------- no-live-term refusals (issue 13 §1): what each one names
+_GAP_MAX = float(np.finfo(np.float64).max)
+
+
+def test_overflowing_logit_gap_with_a_huge_loss_derivative_is_undetermined() -> None:
+    """Logits ±1e308 (the gap overflows: s_2 is not a double even in logs) and values ∓1.8e308 under the
+    exponential loss: |ℓ'| = e^{|f|} may be as large as 1/s_2, so the size of ∇L cannot be bounded below
+    the range from float64 alone. Both functions refuse as undetermined (never a 0, never "exactly zero").
+    Oracle: the analytic size bound log|ℓ'| + log s_2 ≤ 1.8e308 − 2e308 is not decidable in doubles."""
+    inst = A.Instance(np.array([[[1.0], [-1.0]]]), np.array([1.0]), np.array([-_GAP_MAX]), np.array([[1.0]]))
+    msg = (
+        "the risk gradient ∇L(W) is undetermined in float64: a gap between two logits of a sequence exceeds "
+        "1.8e308 (a weight e^{−gap} is not a double, even in logs) while |ℓ'| is as large as e^{gap}. "
+        "Scale W (or the data) down"
+    )
+    for fn in (A.risk_grad, A.normalized_risk_grad):
+        with pytest.raises(NumericalError) as ei:
+            fn(inst, np.array([[1e308]]), "exponential")
+        assert str(ei.value) == msg
+        assert not isinstance(ei.value, A.grad.GradientRangeError)
+
+
+def test_overflowing_logit_gap_refusal_names_the_underflow_and_the_range() -> None:
+    """Tokens ±1, W = 1e308: ∇L = −4 s_1 s_2 with s_2 = e^{−2e308} (analytic oracle: nonzero, below any
+    double, even in logs). The whole refusal is pinned: it names the gradient, the underflow, the
+    cause (the logit gap), the range and the remedy; log_norm is −inf."""
+    inst = A.Instance(np.array([[[1.0], [-1.0]]]), np.array([1.0]), np.array([1.0]), np.array([[1.0]]))
+    head = (
+        "the risk gradient ∇L(W) (Frobenius norm) is below any double (underflow to 0). A gap between two "
+        "logits x_itᵀ W z_i of a sequence exceeds 1.8e308, so a softmax weight e^{−gap} and the gradient "
+        "are far below float64's normal range [2.2e-308, 1.8e308] (even log||∇L|| is not a double). "
+    )
+    for fn, tail in (
+        (A.risk_grad, "Scale W down"),
+        (A.normalized_risk_grad, "Scale W down: the direction is then defined by representable weights"),
+    ):
+        with pytest.raises(A.grad.GradientRangeError) as ei:
+            fn(inst, np.array([[1e308]]))
+        assert str(ei.value) == head + tail
+        assert ei.value.log_norm == -np.inf
+
+
+def test_equal_rounded_values_of_different_tokens_are_not_an_exact_zero() -> None:
+    """x_1 = (1, 2^−53, −1), x_2 = 0, v = 1: vᵀx_1 = 2^−53 (exact, by hand) rounds to 0 = vᵀx_2, so every
+    computed term is 0 while ∇L ≠ 0. risk_grad used to return zeros and normalized_risk_grad to say
+    "exactly zero"; both now refuse at the values' rounding level. Oracle: the exact value 2^−53 ≠ 0."""
+    inst = A.Instance(
+        np.array([[[1.0, 2.0**-53, -1.0], [0.0, 0.0, 0.0]]]),
+        np.array([1.0]),
+        np.ones(3),
+        np.array([[1.0, 0, 0]]),
+    )
+    assert float((inst.X @ inst.v)[0, 0]) == 0.0  # the rounding that hides the difference
+    with pytest.raises(
+        NumericalError, match=r"^the risk gradient ∇L\(W\) is undetermined in float64: the risk "
+    ):
+        A.risk_grad(inst, np.zeros((3, 3)))
+    with pytest.raises(NumericalError, match=r"^the risk gradient's contributions cancel to rounding level"):
+        A.normalized_risk_grad(inst, np.zeros((3, 3)))
+    # Different tokens whose products v_k x_k are all exactly 0 (no rounding to hide anything): the
+    # values are exactly equal and ∇L = 0 exactly, which is returned.
+    exact = A.Instance(
+        np.array([[[0.0, 5.0, 0.0], [0.0, 7.0, 0.0]]]), inst.Y, np.array([1.0, 0.0, 1.0]), inst.z
+    )
+    assert np.all(A.risk_grad(exact, np.zeros((3, 3))) == 0.0)

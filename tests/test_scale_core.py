@@ -398,3 +398,133 @@ def test_risk_grad_refusal_message_names_the_gradient_its_size_and_the_remedy(j:
         "exactly at any scale"
     )
     assert abs(ei.value.log_norm - float(log_norm)) <= LOG_NORM_ATOL
+
+
+# ---------------------------------------- risk_grad: no 0 and no rounding noise returned (issue 13 §1)
+#: Digits of the oracle at the logit-gap threshold: log||∇L|| ≈ −1.8e308 must be resolved to well
+#: below 1 (80 digits resolve it to 1e-72), so that its sign against log FLOAT_TINY is certain.
+GAP_ORACLE_DPS = 80
+
+
+def mp_log_grad_centred(inst: A.Instance, W: np.ndarray, loss: str) -> tuple[mpmath.mpf, np.ndarray]:
+    """As :func:`mp_log_grad`, at ``GAP_ORACLE_DPS`` digits, with ``a_t − f = Σ_u s_u (a_t − a_u)``.
+
+    The textbook ``a_t − f`` of :func:`mp_log_grad` cancels: with ``s_2 = e^{−2w}`` below 10^−dps,
+    ``f = s_1 − s_2`` rounds to 1 and ``a_1 − f`` to 0 (it returned ``2e^{−2w}`` for ``4e^{−2w}``); the
+    centred sum has no cancellation at any saturation (mpmath exponents are unbounded).
+    """
+    with mpmath.workdps(GAP_ORACLE_DPS):
+        mpf = mpmath.mpf
+        n, T, d = inst.shape
+        Wm = mpmath.matrix([[mpf(float(W[k, j])) for j in range(d)] for k in range(d)])
+        v = mpmath.matrix([mpf(float(c)) for c in inst.v])
+        G = mpmath.zeros(d, d)
+        for i in range(n):
+            z = mpmath.matrix([mpf(float(c)) for c in inst.z[i]])
+            xs = [mpmath.matrix([mpf(float(c)) for c in inst.X[i, t]]) for t in range(T)]
+            Wz = Wm * z
+            lg = [mpmath.fsum(x[k] * Wz[k] for k in range(d)) for x in xs]
+            a = [mpmath.fsum(x[k] * v[k] for k in range(d)) for x in xs]
+            m = max(lg)
+            e = [mpmath.exp(li - m) for li in lg]
+            s = [ei / mpmath.fsum(e) for ei in e]
+            u = mpf(float(inst.Y[i])) * mpmath.fsum(si * ai for si, ai in zip(s, a, strict=True))
+            dl = {"logistic": -1 / (1 + mpmath.exp(u)), "correlation": mpf(-1)}[loss]
+            for t in range(T):
+                centred = mpmath.fsum(s[q] * (a[t] - a[q]) for q in range(T))
+                G += (dl * mpf(float(inst.Y[i])) * s[t] * centred / n) * xs[t] * z.T
+        nrm = mpmath.sqrt(mpmath.fsum(G[k, j] ** 2 for k in range(d) for j in range(d)))
+        direction = np.array([[float(G[k, j] / nrm) for j in range(d)] for k in range(d)])
+        return mpmath.log(nrm), direction
+
+
+_PM_ONE = A.Instance(np.array([[[1.0], [-1.0]]]), np.array([1.0]), np.array([1.0]), np.array([[1.0]]))
+_HALF_MAX = FLOAT_MAX / 2  # logits ±w: the gap 2w overflows to inf exactly when w > FLOAT_MAX/2
+
+
+@pytest.mark.parametrize("loss", ["logistic", "correlation"])
+@pytest.mark.parametrize(
+    "w",
+    [np.nextafter(_HALF_MAX, 0.0), _HALF_MAX, np.nextafter(_HALF_MAX, np.inf), 1e308],
+    ids=["below", "at", "above", "1e308"],
+)
+def test_risk_grad_never_returns_zeros_when_a_logit_gap_overflows(w: float, loss: str) -> None:
+    """Tokens ±1, v = z = 1, W = [[w]]: logits ±w, gap 2w. Once 2w > FLOAT_MAX the gap is inf before
+    exp, log s_2 = −inf, and risk_grad returned exact zeros (normalized_risk_grad: "exactly zero").
+
+    Oracle: mpmath at 80 digits (centred form): ∇L = 4ℓ'·s_1 s_2 ≠ 0 with log||∇L|| ≈ −2w < log FLOAT_TINY on both
+    sides of the threshold. Contract: risk_grad refuses (NumericalError) on both sides; above it, the
+    refusal is the range error naming the underflow of the gradient and the range (log_norm −inf:
+    even log||∇L|| is not a double); normalized_risk_grad refuses alike, never "exactly zero"."""
+    W = np.array([[w]])
+    log_norm, _ = mp_log_grad_centred(_PM_ONE, W, loss)
+    assert mpmath.isfinite(log_norm) and log_norm < LOG_FLOAT_TINY  # nonzero, below the normal range
+    if 2 * mpmath.mpf(w) > FLOAT_MAX:
+        assert log_norm < -FLOAT_MAX  # not even its logarithm is a double
+        for fn in (A.risk_grad, A.normalized_risk_grad):
+            with pytest.raises(GradientRangeError) as ei:
+                fn(_PM_ONE, W, loss)
+            assert ei.value.log_norm == -math.inf
+            assert str(ei.value).startswith(
+                "the risk gradient ∇L(W) (Frobenius norm) is below any double (underflow to 0). A gap "
+                "between two logits"
+            )
+            assert "[2.2e-308, 1.8e308]" in str(ei.value)
+    else:
+        # log s_2 ≈ −1.8e308 is a double, but its O(1) parts (log 2, log eps) are below its ulp: the
+        # refusal is the range error, or "undetermined" (ℓ', or the values' rounding level).
+        for fn in (A.risk_grad, A.normalized_risk_grad):
+            with pytest.raises(NumericalError, match=r"normal range|undetermined|rounding level"):
+                fn(_PM_ONE, W, loss)
+
+
+@pytest.mark.parametrize(("w", "returns"), [(353.0, True), (355.0, False)])
+def test_risk_grad_on_both_sides_of_the_normal_range(w: float, returns: bool) -> None:
+    """The same instance where ||∇L|| = 4s_1 s_2 ≈ 4e^{−2w} crosses FLOAT_TINY (w ≈ 354.5). Oracle: mpmath
+    (80 digits, centred form). Above: the value to GRAD_RTOL; below: GradientRangeError with log_norm to LOG_NORM_ATOL."""
+    W = np.array([[w]])
+    log_norm, direction = mp_log_grad_centred(_PM_ONE, W, "correlation")
+    assert (log_norm >= LOG_FLOAT_TINY) == returns
+    if returns:
+        G = A.risk_grad(_PM_ONE, W, "correlation")
+        ref = direction * float(mpmath.exp(log_norm))
+        assert np.linalg.norm(G - ref) <= GRAD_RTOL * float(mpmath.exp(log_norm))
+    else:
+        with pytest.raises(GradientRangeError, match="underflows float64's normal range") as ei:
+            A.risk_grad(_PM_ONE, W, "correlation")
+        assert abs(ei.value.log_norm - float(log_norm)) <= LOG_NORM_ATOL
+
+
+def _values_below_rounding(middle: float) -> A.Instance:
+    """One sequence: x_1 = (1, middle, −1), x_2 = 0, v = (1, 1, 1), z = e_1 (d = 3, W = 0). The value
+    a_1 = vᵀx_1 = middle is a sum that cancels: float64 rounds it by up to d·eps·Σ|v_k x_k| ≈ 6.7e-16."""
+    X = np.array([[[1.0, middle, -1.0], [0.0, 0.0, 0.0]]])
+    return A.Instance(X, np.array([1.0]), np.ones(3), np.array([[1.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize(
+    "middle",
+    [3 * 2.0**-54, 2.0**-53],
+    ids=["33-percent-error", "returned-zero"],
+)
+def test_risk_grad_refuses_values_that_cancel_to_rounding(middle: float) -> None:
+    """Issue 13 §1: the plain path had no value-rounding check. With a_1 = 3·2^−54 (true, mpmath) the
+    dot product rounds to 2^−52 on this BLAS: risk_grad returned ∇L with 33 % error; with a_1 = 2^−53 it
+    rounds to 0 and risk_grad returned exact zeros (normalized_risk_grad said "exactly zero").
+
+    Oracle: mpmath at 80 digits (the true ∇L is nonzero). Contract: the gradient to GRAD_RTOL, or the
+    refusal NumericalError "rounding level" (the computed G is at the values' rounding level,
+    VE = d·eps·Σ s (|a|_t + |a|_u)), which normalized_risk_grad also applies."""
+    inst = _values_below_rounding(middle)
+    W = np.zeros((3, 3))
+    log_norm, direction = mp_log_grad_centred(inst, W, "logistic")
+    assert mpmath.isfinite(log_norm)  # ∇L ≠ 0
+    ref = direction * float(mpmath.exp(log_norm))
+    try:
+        G = A.risk_grad(inst, W)
+    except NumericalError as exc:
+        assert "undetermined in float64" in str(exc) and "rounding level" in str(exc)
+    else:  # a BLAS that sums these exactly: then the value must be right
+        assert np.linalg.norm(G - ref) <= GRAD_RTOL * float(mpmath.exp(log_norm))
+    with pytest.raises(NumericalError, match="rounding level"):
+        A.normalized_risk_grad(inst, W)
