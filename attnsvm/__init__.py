@@ -63,6 +63,7 @@ from .svm import (
     min_norm_dual,
     solve_svm,
 )
+from .svm_working_set import solve_svm_working_set
 from .tensor import svm_constraints, svm_gram, svm_margins, svm_rows, unvec, unvec_rowmajor, vec, vec_rowmajor
 
 __version__ = "0.1.0"
@@ -110,6 +111,7 @@ __all__ = [
     "local_optimality_report",
     "min_norm_dual",
     "solve_svm",
+    "solve_svm_working_set",
     "AttnSVMError",
     "FAMILIES",
     "GradDirection",

@@ -12,6 +12,15 @@ ratios compare like with like:
   program once (seconds to a minute each). Targets (issue 3): dual at ``d = 1024`` in ≤ 0.1 s;
   ≥ 50× faster than the primal at ``d = 128``. The primal at ``d ≥ 512`` takes minutes and
   gigabytes and is never run.
+  Scale rows (issue 16 §1, :func:`bench_svm_scale`, run with the group): the certified working-set
+  solver (:func:`attnsvm.svm_working_set.solve_svm_working_set`) at ``m = 1984, 7936, 31744``
+  constraints (gaussian, ``T = 32``, ``d = 64, 128, 128``), beside the dense dual where it fits in time
+  (``m ≤ 1984``) and ``sklearn.svm.LinearSVC`` on the explicit ``m × d²`` features where they fit in
+  memory (``m ≤ 7936``; "not installed" without scikit-learn): time and peak memory (each solve in a
+  fresh process: the growth of its peak resident set), certificate, and each answer's error against
+  the certified one. Targets: ≤ 10 s at ``m = 7936``, ≤ 60 s and
+  ≤ 4 GiB at ``m = 31744``. The full scale rows take about two minutes; ``--quick`` runs
+  ``m = 480, 1984``.
 * ``gd`` — instance-steps per second of the batched engine's step
   (:class:`attnsvm.gd._TorchBatch`, the step of :func:`attnsvm.gd.run_gd_batch`) against a
   per-instance torch autograd + SGD loop (normalized GD, the way published experiments run
@@ -59,11 +68,13 @@ __all__ = [
     "SVM_QUICK",
     "SVM_TINY",
     "bench_svm",
+    "bench_svm_scale",
     "bench_gd",
     "run_benchmarks",
     "median_ratio",
     "environment",
     "svm_table",
+    "svm_scale_table",
     "gd_table",
     "script_main",
 ]
@@ -188,6 +199,216 @@ def bench_svm(
             t0 = time.perf_counter()
             sol = solve_svm(inst, method=method)
             rows.append(row(method, d, [time.perf_counter() - t0], sol, dual, t_dual))
+    return rows
+
+
+# ------------------------------------------------------------------------ SVM at scale
+#: Scale rows (issue 16 §1): ``(n, T, d)`` of gaussian instances, ``m = n(T − 1)`` constraints.
+SVM_SCALE_SIZES = {
+    "full": ((64, 32, 64), (256, 32, 128), (1024, 32, 128)),  # m = 1984, 7936, 31744
+    "quick": ((16, 31, 32), (64, 32, 64)),  # m = 480, 1984
+    "tiny": ((6, 8, 8),),  # m = 42 (the test suite's size)
+}
+#: The dense dual is run beside the working set only up to this many constraints (issue 16 measured it
+#: at 10.9 s for m = 1984, 117 s for m = 3968 and 545 s for m = 7936 on this machine).
+SVM_SCALE_DENSE_MAX_M = {"full": 1984, "quick": 480, "tiny": 42}
+#: sklearn's LinearSVC needs the explicit tensor-trick features, ``m × d²`` doubles (liblinear keeps a
+#: second copy, about as large): run only while the features take at most this many bytes
+#: (m = 7936, d = 128: 1.0 GiB runs; m = 31744, d = 128: 4.2 GB does not).
+SKLEARN_MAX_FEATURE_BYTES = 2**31
+
+
+def _rss_mib(field: str) -> float | None:
+    """``VmRSS`` (now) or ``VmHWM`` (peak since the last :func:`_reset_peak_rss`) of this process, MiB, from
+    ``/proc/self/status``; where that is missing, the lifetime peak ``ru_maxrss`` (``None`` without it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    import sys
+
+    rss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
+
+
+def _reset_peak_rss() -> None:
+    """Reset the peak resident set size (Linux ≥ 4.0: ``5`` to ``/proc/self/clear_refs``); else a no-op."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+
+
+def _sklearn_linearsvc(inst: Any, C: float) -> tuple[Any, int]:
+    """``LinearSVC(dual=True, loss="hinge", fit_intercept=False, C)`` on the explicit rows ``a_r = z_i ⊗ Δ_it``.
+
+    LinearSVC needs two classes: row ``r`` enters as ``(y_r a_r, y_r)`` with ``y_r = ±1`` alternating, and
+    ``y_r·wᵀ(y_r a_r) = wᵀa_r``, so the constraints are exactly ``wᵀa_r ≥ 1``. Returns ``W`` (column-major
+    unvec of ``coef_``) and the number of liblinear iterations.
+    """
+    from sklearn.svm import LinearSVC
+
+    from .tensor import svm_rows
+
+    rows = svm_rows(inst)
+    y = np.where(np.arange(rows.shape[0]) % 2 == 0, 1.0, -1.0)
+    rows *= y[:, None]
+    clf = LinearSVC(dual=True, C=C, loss="hinge", fit_intercept=False, max_iter=100_000)
+    clf.fit(rows, y)
+    return np.asarray(clf.coef_).reshape((inst.d, inst.d), order="F"), int(np.max(clf.n_iter_))
+
+
+def _scale_child(method: str, n: int, T: int, d: int, seed: int, C: float, w_path: str) -> dict[str, Any]:
+    """One scale measurement, meant to run in a fresh process (:func:`_measure`): time and peak memory of
+    one solve, ``W`` saved to ``w_path``. Memory: the peak resident set size during the solve (its high-water
+    mark reset just before) minus the resident set before it: everything the solve allocates, C libraries
+    included, over the process after imports and set-up."""
+    from .instance import random_instance
+    from .svm import solve_svm
+    from .svm_working_set import solve_svm_working_set
+
+    inst = random_instance(n, T, d, seed=seed)
+    out: dict[str, Any] = {}
+    if method == "sklearn-linearsvc":
+        import sklearn.svm  # noqa: F401 - imported before the timing
+
+        def run() -> Any:
+            W, iters = _sklearn_linearsvc(inst, C)
+            out["iterations"] = iters
+            return W
+    else:
+        solver = solve_svm_working_set if method == "working-set" else solve_svm
+        kw: dict[str, Any] = {} if method == "working-set" else {"method": "dual"}
+        solver(random_instance(3, 3, 4), **kw)  # warm-up: imports, first BLAS calls
+
+        def run() -> Any:
+            sol = solver(inst, **kw)
+            out.update(
+                certified=bool(sol.certified),
+                error_bound=float(sol.error_bound),
+                kkt_max=None if sol.kkt is None else float(sol.kkt.max()),
+                support=len(sol.support),
+                max_dual=None if sol.duals is None else float(np.max(sol.duals)),
+                solver=sol.solver,
+            )
+            return sol.W
+
+    _reset_peak_rss()
+    rss0 = _rss_mib("VmRSS")
+    t0, c0 = time.perf_counter(), time.process_time()
+    W = run()
+    out["time_s"] = time.perf_counter() - t0
+    out["cpu_s"] = time.process_time() - c0  # below time_s when other processes share the cores
+    rss1 = _rss_mib("VmHWM")
+    out["peak_mib"] = None if rss0 is None or rss1 is None else max(0.0, rss1 - rss0)
+    np.save(w_path, W)
+    return out
+
+
+def _measure(
+    method: str, shape: tuple[int, int, int], seed: int, C: float = 0.0
+) -> tuple[dict[str, Any], Any]:
+    """Run :func:`_scale_child` in a fresh Python process (its memory peak is its own; the parent's heap and
+    earlier rows do not count); returns its dict and ``W``. The child inherits the environment (BLAS threads)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        w_path = os.path.join(tmp, "W.npy")
+        code = (
+            "import json, sys; from attnsvm.bench import _scale_child; "
+            "print(json.dumps(_scale_child(*json.loads(sys.argv[1]))))"
+        )
+        args = json.dumps([method, *shape, seed, C, w_path])
+        proc = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"bench child ({method}, {shape}) failed:\n{proc.stderr[-2000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1]), np.load(w_path)
+
+
+def bench_svm_scale(size: str = "full", seed: int = 0) -> list[dict[str, Any]]:
+    """The working-set Att-SVM at scale, beside the dense dual and sklearn's LinearSVC; one row per
+    ``(method, m)``, each solve run once, each in a fresh process (:func:`_measure`).
+
+    Keys: ``bench`` (``"svm_scale"``), ``method`` (``"working-set"``, ``"dense-dual"``,
+    ``"sklearn-linearsvc"``), ``n``, ``T``, ``d``, ``m``, ``time_s`` (``None`` when not run), ``peak_mib``
+    (growth of the process's peak resident memory during the solve), ``certified``, ``error_bound``,
+    ``kkt_max``, ``support``, ``rel_error`` (``||W − W_ws||_F/||W_ws||_F`` against the certified
+    working-set answer; ``None`` for it), ``note`` (why a row was not run; the solver's rounds; sklearn's
+    settings).
+
+    sklearn runs with ``C = 10·max λ`` (the certified multipliers at the data's scale): the soft-margin
+    dual's box ``λ ≤ C`` is then inactive, so its exact optimum *is* ``W_mm``, and its error is
+    liblinear's own (``tol = 1e-4``).
+    """
+    rows: list[dict[str, Any]] = []
+
+    def row(method: str, shape: tuple[int, int, int], **kw: Any) -> dict[str, Any]:
+        n, T, d = shape
+        out = {"bench": "svm_scale", "method": method, "n": n, "T": T, "d": d, "m": n * (T - 1)}
+        out.update(
+            {
+                k: None
+                for k in ("time_s", "cpu_s", "peak_mib", "certified", "error_bound", "kkt_max", "support")
+            }
+        )
+        out.update({"rel_error": None, "note": ""})
+        out.update(kw)
+        return out
+
+    def measured(r: dict[str, Any]) -> dict[str, Any]:
+        keys = ("time_s", "cpu_s", "peak_mib", "certified", "error_bound", "kkt_max", "support")
+        return {k: r.get(k) for k in keys}
+
+    for shape in SVM_SCALE_SIZES[size]:
+        n, T, d = shape
+        m = n * (T - 1)
+        ws, W_ws = _measure("working-set", shape, seed)
+        rows.append(row("working-set", shape, **measured(ws), note=ws["solver"].split("(", 1)[1].rstrip(")")))
+
+        def err(W: Any) -> float:
+            return float(np.linalg.norm(W - W_ws) / np.linalg.norm(W_ws))  # noqa: B023 - called at once
+
+        if m <= SVM_SCALE_DENSE_MAX_M[size]:
+            dense, W = _measure("dense-dual", shape, seed)
+            note = f"solve_svm(method='dual'), run up to m = {SVM_SCALE_DENSE_MAX_M[size]}"
+            rows.append(row("dense-dual", shape, **measured(dense), rel_error=err(W), note=note))
+        else:
+            note = f"not run: m > {SVM_SCALE_DENSE_MAX_M[size]} (issue 16: 117 s at m=3968, 545 s at m=7936)"
+            rows.append(row("dense-dual", shape, note=note))
+        feature_bytes = 8 * m * d * d
+        try:
+            import sklearn.svm  # noqa: F401 - only whether it is there
+        except ImportError:
+            rows.append(row("sklearn-linearsvc", shape, note="not installed (pip install scikit-learn)"))
+            continue
+        if feature_bytes > SKLEARN_MAX_FEATURE_BYTES or ws["max_dual"] is None:
+            why = f"features m*d^2 = {feature_bytes / 1e9:.2g} GB > {SKLEARN_MAX_FEATURE_BYTES / 2**30:g} GiB"
+            rows.append(row("sklearn-linearsvc", shape, note=f"not run: {why}"))
+            continue
+        C = 10.0 * float(ws["max_dual"])
+        sk, W = _measure("sklearn-linearsvc", shape, seed, C)
+        note = f"dual=True, hinge, C=10*max(lambda)={C:.3g}, tol=1e-4, {sk['iterations']} iterations"
+        rows.append(
+            row(
+                "sklearn-linearsvc",
+                shape,
+                time_s=sk["time_s"],
+                cpu_s=sk["cpu_s"],
+                peak_mib=sk["peak_mib"],
+                rel_error=err(W),
+                note=note,
+            )
+        )
     return rows
 
 
@@ -477,17 +698,77 @@ def svm_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def svm_scale_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table of :func:`bench_svm_scale`'s rows, with the issue's targets when measured."""
+    head = [
+        "method",
+        "m",
+        "n,T,d",
+        "time [s]",
+        "cpu [s]",
+        "peak [MiB]",
+        "cert.",
+        "error bound",
+        "KKT",
+        "support",
+        "err vs WS",
+        "note",
+    ]
+    body = []
+    for r in rows:
+        body.append(
+            [
+                r["method"],
+                str(r["m"]),
+                f"{r['n']},{r['T']},{r['d']}",
+                *(
+                    _fmt(r[k])
+                    for k in ("time_s", "cpu_s", "peak_mib", "certified", "error_bound", "kkt_max", "support")
+                ),
+                _fmt(r.get("rel_error")),
+                r["note"],
+            ]
+        )
+    out = [
+        "Att-SVM at scale (gaussian instances): working set vs dense dual vs sklearn LinearSVC",
+        _grid(head, body, left=(0, 2, 11)),
+    ]
+    out += [_target_line(t) for t in targets({"svm_scale": list(rows)})]
+    return "\n".join(out)
+
+
 #: The performance targets the benchmarks are held to, each measured only at its own size:
 #: (group, name, what, comparison, threshold).
 TARGETS = (
     ("svm", "dual_d1024_time_s", "dual Att-SVM at d=1024, median time [s]", "<=", 0.1),
     ("svm", "primal_over_dual_d128", "primal/dual time ratio at d=128", ">=", 50.0),
     ("gd", "batched_over_loop_b4096", "batched GD over the autograd loop at batch 4096", ">=", 200.0),
+    (
+        "svm",
+        "ws_m7936_time_s",
+        "certified working-set Att-SVM at m=7936 (n=256, T=32, d=128), time [s]",
+        "<=",
+        10.0,
+    ),
+    (
+        "svm",
+        "ws_m31744_time_s",
+        "certified working-set Att-SVM at m=31744 (n=1024, T=32, d=128), time [s]",
+        "<=",
+        60.0,
+    ),
+    (
+        "svm",
+        "ws_m31744_peak_gib",
+        "working-set Att-SVM at m=31744, peak memory (resident-set growth) [GiB]",
+        "<=",
+        4.0,
+    ),
 )
 
 
 def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The :data:`TARGETS` measured in ``doc`` (``{"svm": rows, "gd": rows}``, either may be absent):
+    """The :data:`TARGETS` measured in ``doc`` (``{"svm": rows, "svm_scale": rows, "gd": rows}``, any may be absent):
     ``{"name", "what", "target", "value", "met"}`` for each target whose size was run."""
     values: dict[str, float] = {}
     for r in doc.get("svm", []):
@@ -495,6 +776,20 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             values["dual_d1024_time_s"] = r["time_s"]
         if r["method"] == "primal" and r["d"] == 128 and r.get("time_over_dual") is not None:
             values["primal_over_dual_d128"] = r["time_over_dual"]
+    for r in doc.get("svm_scale", []):
+        if (
+            r["method"] == "working-set"
+            and r["time_s"] is not None
+            and (r["n"], r["T"], r["d"])
+            in (
+                (256, 32, 128),
+                (1024, 32, 128),
+            )
+        ):
+            # a time counts only for a certified answer: an uncertified one misses the target
+            values[f"ws_m{r['m']}_time_s"] = r["time_s"] if r["certified"] else float("inf")
+            if r["m"] == 31744:
+                values["ws_m31744_peak_gib"] = r["peak_mib"] / 1024
     gd = {r["name"]: r["value"] for r in doc.get("gd", [])}
     if gd.get("batch") == 4096 and gd.get("ratio") is not None:
         values["batched_over_loop_b4096"] = gd["ratio"]
@@ -535,7 +830,8 @@ def run_benchmarks(
 
     ``tiny`` (for the test suite) runs toy sizes whose numbers mean nothing.
 
-    Returns ``{"quick", "tiny", "environment", "load_avg_end", "svm": [rows], "gd": [rows]}``.
+    Returns ``{"quick", "tiny", "environment", "load_avg_end", "svm": [rows], "svm_scale": [rows],
+    "gd": [rows]}`` (``svm_scale``: :func:`bench_svm_scale`, run with the ``svm`` group).
     """
     doc: dict[str, Any] = {"quick": quick, "tiny": tiny, "environment": environment()}
     if echo:
@@ -544,6 +840,9 @@ def run_benchmarks(
         doc["svm"] = bench_svm(quick=quick, tiny=tiny)
         if echo:
             print(svm_table(doc["svm"]), flush=True)
+        doc["svm_scale"] = bench_svm_scale("tiny" if tiny else "quick" if quick else "full")
+        if echo:
+            print(svm_scale_table(doc["svm_scale"]), flush=True)
     if only in (None, "gd"):
         doc["gd"] = bench_gd(quick=quick, tiny=tiny)
         if echo:
@@ -561,6 +860,12 @@ def script_main(group: str, argv: list[str] | None = None, description: str | No
     if group == "svm":
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--repeats", type=int, default=5, help="dual timings (median)")
+        p.add_argument(
+            "--scale",
+            choices=("none", "quick", "full"),
+            default="none",
+            help="also the working-set scale rows (full: m up to 31744, about two minutes)",
+        )
     else:
         p.add_argument("--batch", type=int, default=None, help="default 4096 (512 with --quick)")
         p.add_argument("--threads", type=int, default=2)
@@ -569,13 +874,18 @@ def script_main(group: str, argv: list[str] | None = None, description: str | No
         )
     args = p.parse_args(argv)
     env = environment()
+    scale_rows: list[dict[str, Any]] = []
     if group == "svm":
         rows = bench_svm(quick=args.quick, seed=args.seed, repeats=args.repeats)
+        if args.scale != "none":
+            scale_rows = bench_svm_scale(args.scale, seed=args.seed)
     else:
         rows = bench_gd(quick=args.quick, batch=args.batch, threads=args.threads, repeat=args.repeat)
     if args.json:
-        print(json.dumps({"environment": env, "rows": rows}, indent=1))
+        print(json.dumps({"environment": env, "rows": rows, "scale_rows": scale_rows}, indent=1))
     else:
         print(_env_line(env))
         print(svm_table(rows) if group == "svm" else gd_table(rows))
+        if scale_rows:
+            print(svm_scale_table(scale_rows))
     return 0

@@ -5,7 +5,12 @@ Sizes, targets and row keys are documented in :func:`attnsvm.bench.bench_svm`;
 ``OPENBLAS_NUM_THREADS=1`` (``attnsvm bench`` does): oversubscribed BLAS threads slow the small
 dense factorisations by 10–100×.
 
-Run: ``python benchmarks/bench_svm.py [--quick] [--seed S] [--repeats R] [--json]``.
+With ``--scale quick|full`` it also runs the scale rows of :func:`attnsvm.bench.bench_svm_scale`: the
+certified working-set solver at ``m = 1984, 7936, 31744`` constraints beside the dense dual (``m ≤ 1984``)
+and ``sklearn.svm.LinearSVC`` on the explicit features (``m ≤ 7936``; "not installed" without
+scikit-learn); the full scale rows take about two minutes and 3.5 GB (sklearn's copy of the features).
+
+Run: ``python benchmarks/bench_svm.py [--quick] [--seed S] [--repeats R] [--scale none|quick|full] [--json]``.
 """
 
 from __future__ import annotations

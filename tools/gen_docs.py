@@ -166,9 +166,14 @@ def bench_markdown(path: Path) -> str:
     env_items = [f"{k} {_num(v) if v is not None else 'unset'}" for k, v in env.items()]
     if "load_avg_end" in data:
         env_items.append(f"load_avg_1min at the end {_num(data['load_avg_end'])}")
+    command = (
+        "python benchmarks/bench_svm.py --scale full --json"  # the script's format: {"rows": [...]}
+        if "rows" in data
+        else f"attnsvm bench{' --quick' if size == 'quick' else ''} --json"
+    )
     out = [
         f"Source: `{path.relative_to(ROOT).as_posix() if path.is_absolute() else path}` "
-        f"(`attnsvm bench{' --quick' if size == 'quick' else ''} --json`, sizes: **{size}**, "
+        f"(`{command}`, sizes: **{size}**, "
         f"{_num(data.get('elapsed_s'))} s). Environment: " + ", ".join(env_items) + ".",
     ]
     svm = data.get("svm") or []
@@ -194,6 +199,33 @@ def bench_markdown(path: Path) -> str:
                 _num(r.get("raw_rel_error")),
                 _num(r.get("rel_error")),
                 _num(r.get("certified")),
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+    scale = data.get("svm_scale") or [r for r in data.get("rows", []) if r.get("bench") == "svm_scale"]
+    if scale:
+        out += [
+            "",
+            "#### Att-SVM at scale (gaussian instances; one fresh process per solve; errors against the "
+            "certified working-set W)",
+            "",
+            "| method | n, T, d | m | wall [s] | CPU [s] | peak [MiB] | certified | error bound | KKT max "
+            "| error | note |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in scale:
+            note = str(r.get("note", "")).replace("|", "\\|")
+            cells = [
+                str(r.get("method")),
+                f"{_num(r.get('n'))}, {_num(r.get('T'))}, {_num(r.get('d'))}",
+                _num(r.get("m")),
+                _num(r.get("time_s")),
+                _num(r.get("cpu_s")),
+                _num(r.get("peak_mib")),
+                _num(r.get("certified")),
+                _num(r.get("error_bound")),
+                _num(r.get("kkt_max")),
+                _num(r.get("rel_error")),
+                note,
             ]
             out.append("| " + " | ".join(cells) + " |")
     gd = data.get("gd") or []
