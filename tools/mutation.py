@@ -60,6 +60,7 @@ TESTS: dict[str, list[str]] = {
     "losses": ["tests/test_losses.py", "properties/test_attention.py"],
     "grad": [
         "tests/test_grad.py",
+        "tests/test_grad_edges.py",
         "tests/test_scale_core.py",
         "properties/test_grad.py",
         "properties/test_scale_core.py",
@@ -82,20 +83,44 @@ TESTS: dict[str, list[str]] = {
     # scale and batch properties exercise every line of gd.py in seconds.
     "gd": [
         "tests/test_gd.py",
+        "tests/test_gd_edges.py",
+        "tests/test_gd_batch_edges.py",
+        "tests/test_gd_batch_refusals.py",
         "tests/test_scale_gd.py",
         "properties/test_gd_batch.py",
         "properties/test_scale_gd.py",
     ],
     "lipschitz": [
         "tests/test_lipschitz.py",
+        "tests/test_lipschitz_edges.py",
         "tests/test_scale_lipschitz.py",
         "properties/test_lipschitz.py",
         "properties/test_scale_lipschitz.py",
     ],
-    "prompt": ["tests/test_prompt.py", "tests/test_scale_peers.py", "properties/test_scale_peers.py"],
-    "joint": ["tests/test_joint.py", "tests/test_scale_peers.py", "properties/test_scale_peers.py"],
-    "mirror": ["tests/test_mirror.py", "tests/test_scale_peers.py", "properties/test_scale_peers.py"],
-    "multitoken": ["tests/test_multitoken.py", "tests/test_scale_peers.py", "properties/test_scale_peers.py"],
+    "prompt": [
+        "tests/test_prompt.py",
+        "tests/test_prompt_edges.py",
+        "tests/test_scale_peers.py",
+        "properties/test_scale_peers.py",
+    ],
+    "joint": [
+        "tests/test_joint.py",
+        "tests/test_joint_edges.py",
+        "tests/test_scale_peers.py",
+        "properties/test_scale_peers.py",
+    ],
+    "mirror": [
+        "tests/test_mirror.py",
+        "tests/test_mirror_edges.py",
+        "tests/test_scale_peers.py",
+        "properties/test_scale_peers.py",
+    ],
+    "multitoken": [
+        "tests/test_multitoken.py",
+        "tests/test_multitoken_edges.py",
+        "tests/test_scale_peers.py",
+        "properties/test_scale_peers.py",
+    ],
     "strategies": ["tests/test_strategies.py", "tests/test_strategies_scale.py"],
 }
 
