@@ -35,8 +35,9 @@ logit, so the weights constant scales by ``2^(a+b)``; ``v → 2^c v`` scales the
 constant scales by ``2^(2a+b+c)``. Every function here uses this instead of refusing: the bound
 carries each norm and factor as an exact pair ``m·2^e`` (no Gram entry, ``κ_i`` or ``κ_i²``
 under- or overflows, and the bound is exactly — bit for bit — equivariant under power-of-two
-rescaling), and the estimate and the Jacobian norm run on the data rescaled by exact powers of two
-to O(1) and put the power of two back. A result that is not a normal double raises
+rescaling), the estimate's search runs on the data rescaled by exact powers of two to O(1), and the
+Jacobian norm (also the estimate's returned value) rescales each sequence on its own and puts the
+powers of two back. A result that is not a normal double raises
 :class:`~attnsvm.NumericalError` (``scaling.range_error``) naming it and float64's range; never
 0, inf, NaN or a numpy ``LinAlgError``.
 
@@ -195,8 +196,7 @@ def _pair_value(m: float, e: int) -> float:
 
 
 def _lam_max(G: FloatArray) -> float:
-    if G.size == 0:
-        return 0.0
+    # (G is never empty: an Instance has n ≥ 1 sequences and T ≥ 2 tokens.)
     lam = float(np.linalg.eigvalsh(G)[-1])
     # A PSD Gram matrix can give λ_max = −tiny from rounding when it is ~0: clip to 0.
     return max(lam, 0.0)
@@ -359,7 +359,9 @@ def _log_max_weight(sp: _Split, kind: str, radius: float, *, rounded_up: bool) -
     m = np.max(expo, axis=-1, keepdims=True)
     # log-sum-exp over u ≠ t, shifted by the max; every term −inf (all beyond float64) gives q = −inf.
     safe_m = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # (only log 0 = −inf of an all-−inf row is possible: every exponent is ≤ 0 and never NaN, being
+    # −(a product of finite mantissas and a power of two), so no inf − inf or 0·inf arises)
+    with np.errstate(divide="ignore"):
         q = np.where(
             np.isfinite(m[..., 0]), safe_m[..., 0] + np.log(np.sum(np.exp(expo - safe_m), axis=-1)), -np.inf
         )
@@ -549,9 +551,9 @@ def lipschitz_bound(
         logp = _log_max_weight(sp, kind, R, rounded_up=True)
         if of == "weights":
             log_kappa = np.minimum(math.log(0.5), logp)
+            # where the cap binds, _pair_from_log(log ½) is exactly (0.5, 0): floor(log ½ / ln 2) = −1
+            # (log ½ = −ln 2 exactly in float64), exp(0) = 1, frexp(1) = (½, 1)
             km, ke = _pair_from_log(log_kappa)
-            km = np.where(logp >= math.log(0.5), 0.5, km)  # κ_i = ½ exactly where the cap binds
-            ke = np.where(logp >= math.log(0.5), 0, ke)
             cap = (0.5, 0)
             cap_name = "1/2 ||L||_2"
         else:
@@ -636,23 +638,6 @@ def _torch_head(kind: str, of: str) -> Callable[[torch.Tensor, torch.Tensor], to
     return head
 
 
-def _torch_full_map(inst: Instance, kind: str, of: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``w ↦ s(W)`` (flattened) or ``f(W)`` in torch float64, ``W = w.reshape(d, d)``."""
-    import torch
-
-    X = torch.as_tensor(np.array(inst.X), dtype=torch.float64)
-    z = torch.as_tensor(np.array(inst.z), dtype=torch.float64)
-    a = torch.as_tensor(_values(inst), dtype=torch.float64)
-    head = torch.func.vmap(_torch_head(kind, of))
-    d = inst.d
-
-    def F(w: torch.Tensor) -> torch.Tensor:
-        l = torch.einsum("ntd,nd->nt", X, z @ w.reshape(d, d).T)
-        return head(l, a).reshape(-1)
-
-    return F
-
-
 def _fro(w: FloatArray) -> float:
     # math.hypot scales internally: no overflow of the sum of squares for entries near 1e300.
     return math.hypot(*(float(x) for x in np.ravel(w)))
@@ -681,12 +666,16 @@ def lipschitz_estimate(
     autograd (``vmap(jacrev)`` over sequences, float64) and ``G`` the logit Gram
     (:func:`logit_gram`), since ``J = D 𝓛`` and ``J Jᵀ = D G Dᵀ``: an ``(nT) × (nT)`` problem
     instead of a ``d²``-wide SVD. The returned ``value`` is recomputed at the final point from
-    the full autograd Jacobian (``torch.func.jacrev`` of ``W ↦ s``) and its largest singular
-    value, an independent path.
+    the explicit autograd Jacobian (``torch.func.jacrev`` of each sequence's ``W ↦ s_i``, the blocks
+    stacked into ``J``) and its largest singular value, an independent path (:func:`jacobian_norm`).
 
     Candidates: ``W = 0``; ``t R V₁`` for ``t ∈ {±¼, ±½, ±1}``, ``V₁`` the top right singular
-    vector of the logit map (the linear maximiser); ``samples`` random points (Gaussian direction,
-    radius ``R`` for even draws and ``R U^{1/d²}`` for odd ones). From the ``starts`` best,
+    vector of the logit map (the linear maximiser); ``samples`` random points ``ρ·g`` (``g`` a uniform
+    random direction, ``k``-th draw): for even ``k`` uniform in the ball, ``ρ = R U^{1/d²}`` (``U``
+    uniform on ``[0, 1)``); for odd ``k`` log-uniform in the logits' scale, ``ρ = min(R, e^u)`` with
+    ``u`` uniform between ``log(0.1/max c)`` and ``log(10/min c)`` (``10/min c`` capped at ``R``, or at
+    ``0.1/max c`` when that is larger; ``c`` ranges over the positive ``||x_it||·||z_i||`` and
+    ``||x_it − x_iu||·||z_i||``, the sizes on which the weights vary). From the ``starts`` best,
     projected ascent on ``||J(W)||₂`` (gradient by autograd through ``jacrev`` and ``eigvalsh``):
     normalised steps of length ``η``, from ``η = R/4``, halved on every non-improving step,
     projected back onto the ball. Deterministic: all randomness comes from
@@ -710,13 +699,14 @@ def lipschitz_estimate(
     of two, on the ball ``R·2^(eX+ez)`` capped where the logits reach ``2^SATURATION_LOG2`` (beyond, the
     Jacobian is 0 to float64, so the capped search searches the whole ball); the value is put back
     exactly (``2^(eX+ez)``, outputs ``2^(2eX+ez+ev)``), so the estimate is exactly equivariant.
-    Accuracy: ``value`` is ``||J(W)||₂`` at the returned ``W`` to ``~(nT + d²)·eps`` relative plus the
-    Jacobian's absolute rounding (``_jacobian_floor``); below that floor it raises rather than
-    returning an unresolved number (0 only when the Jacobian is identically 0). ``X`` and ``z`` are
-    rescaled separately (also for self-attention, where tiny first tokens are fine); the one data
-    that still raise although the constant is representable are sequences whose sizes differ by more
-    than ~``2^970`` in opposite directions for ``z_i`` and ``x_it`` (the rescaled Jacobian then falls
-    below ``RESOLVED_MIN = 2^−970``, where gradual underflow would cost digits).
+    Accuracy: ``value`` is ``||J(W)||₂`` at the returned ``W`` (:func:`jacobian_norm`, each sequence on
+    its own O(1) scale, so sequences of any relative size are resolved) to ``~(nT + d²)·eps`` relative
+    plus the Jacobian's absolute rounding (``_jacobian_floors``); below that floor it raises rather than
+    returning an unresolved number. Exactly 0, with ``W = 0`` and no search, when the map is constant
+    for the data (``_structurally_zero``, decided on the original data). The search itself runs on one
+    common rescaling of ``X`` and ``z`` (separately, also for self-attention); where sequences' sizes
+    differ by more than ~``2^1000`` it sees their logits only approximately, and the returned value is
+    still attained (a lower bound).
 
     Returns:
       :class:`LipschitzEstimate`; ``.W`` (shape ``(d, d)``) attains ``.value``.
@@ -724,8 +714,7 @@ def lipschitz_estimate(
     Raises:
       NumericalError: the estimate is outside ``[2.2e-308, 1.8e308]``, or ``||W||_F`` of its attaining
         point is (the data so large that the point underflows), or the largest Jacobian found is
-        below its float64 rounding level (every sequence's tokens nearly coincide), or below
-        ``RESOLVED_MIN`` on the rescaled data (see Accuracy).
+        below its float64 rounding level (every sequence's tokens nearly coincide).
     """
     import torch
 
@@ -736,6 +725,23 @@ def lipschitz_estimate(
     starts = _check_positive_int(starts, "starts", 1)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise AttnSVMError(f"seed must be an integer; got {seed!r}")
+    if _structurally_zero(inst, kind, of):
+        # The map is constant (decided exactly on the ORIGINAL data): the constant is exactly 0, attained
+        # at W = 0. Returned before any rescaling or search, whose intermediates (z·Wᵀ before it meets
+        # X = 0) can overflow at radii near 1.8e308 and used to be reported as "logits beyond float64".
+        return LipschitzEstimate(
+            value=0.0,
+            W=np.zeros((inst.d, inst.d)),
+            kind=kind,
+            of=of,
+            wrt=wrt,
+            radius=R,
+            seed=int(seed),
+            samples=samples,
+            steps=steps,
+            evaluations=0,
+            search_value=0.0,
+        )
     # Scale: the search runs on the data rescaled by exact powers of two (X/2^eX, z/2^ez, v/2^ev, all
     # O(1)) on the ball of radius R·2^(eX+ez): the same map up to the factor 2^k of the Jacobian
     # (k = eX + ez for the weights, 2eX + ez + ev for the output), put back at the end.
@@ -789,7 +795,7 @@ def lipschitz_estimate(
     rng = np.random.default_rng(seed)
     # Structured candidates: the origin and the top right singular vector of the logit map.
     cands: list[FloatArray] = [np.zeros(d * d)]
-    if G_np.size and _lam_max(G_np) > 0.0:
+    if _lam_max(G_np) > 0.0:
         _, vecs = np.linalg.eigh(G_np)
         u = vecs[:, -1].reshape(n, T)
         V1 = np.einsum("it,itd,ie->de", u, inst.X, inst.z)  # Σ u_it x_it z_iᵀ ∝ 𝓛ᵀu
@@ -842,8 +848,8 @@ def lipschitz_estimate(
             if cur > best_val:
                 best_val, best_w = cur, w
     # Independent recomputation at the attaining point: full autograd Jacobian, largest singular value.
-    full = _checked_jacobian_norm(inst, kind, of, best_w)
-    est_value = _scaled_back(full, k_out, f"the {kind} {of} Lipschitz estimate (radius {R_orig:.3g})")
+    full_m, full_e = _jacobian_pair(orig, kind, of, best_w, shift)
+    est_value = _scaled_back(full_m, full_e, f"the {kind} {of} Lipschitz estimate (radius {R_orig:.3g})")
     W_back = np.ldexp(best_w, -shift)  # exact unless an entry falls below 2^-1022 (checked next)
     nrm = _fro(best_w)
     if nrm > 0.0:
@@ -884,44 +890,35 @@ def jacobian_norm(inst: Instance, W: ArrayLike, kind: str = "softmax", of: str =
       kind: ``"softmax"``, ``"linear"`` or ``"normalized_linear"``.
       of: ``"weights"`` or ``"output"``.
 
-    Scale: any finite data; evaluated on the data rescaled to O(1) by exact powers of two at
-    ``W·2^(eX+ez)`` (the same logits) and multiplied back by ``2^(eX+ez)`` (outputs ``2^(2eX+ez+ev)``),
-    exactly. Accuracy: ``~(nT + d²)·eps`` relative plus an absolute ``_jacobian_floor`` (the autograd
-    Jacobian's rounding, which grows with the logits); a value at or below that floor raises (the
-    attention is saturated at ``W``: the true value, positive, cannot be resolved), except that a
-    Jacobian identically 0 for the data (``_structurally_zero``) returns 0; so does a value below
-    ``RESOLVED_MIN = 2^−970`` on the rescaled data (sequences whose ``z_i`` and ``x_it`` sizes differ
-    by more than ~``2^970`` in opposite directions; see :func:`lipschitz_estimate`).
+    Scale: any finite data. Each sequence is evaluated on its own O(1) rescaling by exact powers of
+    two, ``x_it/2^a_i``, ``z_i/2^b_i``, ``v/2^ev``, at ``W·2^(a_i+b_i)`` (the same logits), giving its
+    block ``J_i/2^(a_i+b_i)`` (outputs ``/2^(2a_i+b_i+ev)``); the blocks are stacked on the scale of the
+    largest and the power of two put back exactly, so the value is exactly equivariant and sequences of
+    any relative size are resolved (``J`` is not block diagonal: the sequences share ``W``, so
+    ``||J||₂`` is neither the max nor the root-sum of the blocks' norms but lies between them).
+    Accuracy: ``~(nT + d²)·eps`` relative plus an absolute floor (``_jacobian_floors``: the autograd
+    Jacobian's rounding, which grows with the logits, summed in quadrature over the sequences); a
+    value at or below that floor raises (the attention is saturated at ``W``: the true value cannot be
+    resolved), except that a Jacobian identically 0 for the data (``_structurally_zero``, decided
+    exactly on the original data, before any rescaling) returns 0.
 
     Returns:
       ``||J(W)||₂`` (a float).
 
     Raises:
-      NumericalError: the value is outside ``[2.2e-308, 1.8e308]``; ``W`` on the data's scale (the
-        logits) overflows; or the value is below the rounding level of its computation or below
-        ``RESOLVED_MIN`` on the rescaled data.
+      NumericalError: the value is outside ``[2.2e-308, 1.8e308]``; ``W`` on a sequence's scale (the
+        logits) overflows; or the value is below the rounding level of its computation.
     """
     _check_common(kind, of, "W")
     Wa = inst.check_weights(W)
-    # Scale: evaluate on the data rescaled by exact powers of two, at W̃ = W·2^(eX+ez) (the same
-    # logits), and put the Jacobian's factor 2^k back at the end (see lipschitz_estimate).
-    ninst, eX, ez, ev = _normalized(inst)
-    shift, k_out = _jacobian_shift(eX, ez, ev, of)
-    if kind == "linear":
-        Wn = np.zeros_like(Wa)  # the linear Jacobian does not depend on W
-    else:
-        with np.errstate(over="ignore", under="ignore"):
-            Wn = np.ldexp(Wa, shift)
-        if not np.all(np.isfinite(Wn)):
-            big = float(np.max(np.abs(Wa)))
-            raise range_error(
-                f"the {kind} {of} Jacobian is not finite: the largest entry of W on the data's scale, "
-                "W·max|x|·max|z| (the logits' size),",
-                math.log(big) + shift * _LN2,
-                remedy="Use a smaller W or rescale the data",
-            )
-    val = _checked_jacobian_norm(ninst, kind, of, Wn.reshape(-1))
-    return _scaled_back(val, k_out, f"the {kind} {of} Jacobian norm ||J(W)||_2")
+    # Structural zero is decided on the ORIGINAL data (on rescaled data an underflowed sequence looks
+    # like a zero one: the "silent 0" of issue 13).
+    if _structurally_zero(inst, kind, of):
+        return 0.0
+    # Scale: each sequence is evaluated on its own O(1) rescaling at the same logits and the blocks are
+    # combined on the scale of the largest (``_jacobian_pair``); the power of two is put back at the end.
+    m, e = _jacobian_pair(inst, kind, of, Wa, 0)
+    return _scaled_back(m, e, f"the {kind} {of} Jacobian norm ||J(W)||_2")
 
 
 def _values(inst: Instance) -> FloatArray:
@@ -987,39 +984,37 @@ def _scaled_back(val: float, k: int, what: str) -> float:
     return math.ldexp(m, e + k)
 
 
-#: Absolute rounding of the autograd Jacobian, in units of ``eps·||𝓛||_F`` (weights) or
-#: ``eps·||𝓛||_F·T·max_t |x_t|·|v|`` (outputs, ``|·|`` entrywise): each entry is
-#: a T-term sum of products of weights with ``z_j x_k`` (``T + 2`` roundings), the weights carry the
-#: logits' rounding (``≤ 2d·eps·(1 + |l|)`` relative, and their derivative is at most ½ per logit),
+#: Absolute rounding of the autograd Jacobian of one sequence on its own O(1) scale, in units of
+#: ``eps·||𝓛_i||_F`` (weights) or ``eps·||𝓛_i||_F·T·max_t |x_t|·|v|`` (outputs, ``|·|`` entrywise): each
+#: entry is a T-term sum of products of weights with ``z_j x_k`` (``T + 2`` roundings), the weights carry
+#: the logits' rounding (``≤ 2d·eps·(1 + |l|)`` relative, and their derivative is at most ½ per logit),
 #: and the SVD adds ``(nT + d²)·eps·||J||``; 4 ulps of headroom per term.
 JACOBIAN_ULPS = 4.0
 
 
-def _jacobian_floor(inst: Instance, kind: str, of: str, w: FloatArray) -> float:
-    """Absolute error bound of the computed ``||J(W)||₂`` on O(1) (normalised) data."""
-    n, T, d = inst.shape
-    xn = np.linalg.norm(inst.X, axis=-1)
-    zn = np.linalg.norm(inst.z, axis=1)
-    lf = float(np.linalg.norm(xn * zn[:, None]))  # ||𝓛||_F
-    lam = float(np.max(xn * zn[:, None])) * _fro(w)  # max |logit|
+def _jacobian_floors(
+    Xh: FloatArray, zh: FloatArray, vh: FloatArray, Wh: FloatArray, kind: str, of: str
+) -> FloatArray:
+    """Absolute error bound of each sequence's computed Jacobian block on its own O(1) scale, ``(n,)``.
+
+    ``Xh``, ``zh``, ``vh``: the data rescaled per sequence (largest entries in ``[½, 1)``); ``Wh``: each
+    sequence's point on that scale, ``(n, d²)``. The ``nT`` of the SVD term counts every row of ``J``.
+    """
+    n, T, d = Xh.shape
+    xn = np.linalg.norm(Xh, axis=-1)
+    zn = np.linalg.norm(zh, axis=1)
+    c = xn * zn[:, None]  # (n, T): ||x_it||·||z_i||
+    lf = np.linalg.norm(c, axis=1)  # ||𝓛_i||_F
+    lam = np.max(c, axis=1) * np.array([_fro(w) for w in Wh])  # max |logit| of each sequence
     # output: ∂f/∂l_t = s_t(a_t − f) (or a_t for linear) is of the size of the values, whose own
     # rounding is ≤ d·eps·|x_t|·|v| (absolute products): the scale is max_t |x_t|·|v|, T terms
     with np.errstate(under="ignore"):
-        a = 1.0 if of == "weights" else T * float(np.max(np.abs(inst.X) @ np.abs(inst.v)))
-    return JACOBIAN_ULPS * (n * T + d * d + T + 2 + 2 * d * (1.0 + lam)) * _EPS * lf * a
+        a = np.ones(n) if of == "weights" else T * np.max(np.abs(Xh) @ np.abs(vh), axis=1)
+    return np.asarray(JACOBIAN_ULPS * (n * T + d * d + T + 2 + 2 * d * (1.0 + lam)) * _EPS * lf * a)
 
 
-#: Smallest ``||J̃(W)||₂`` on the rescaled data that is returned: ``2^−1022/eps = 2^−970``. Above it every
-#: entry of ``J̃`` near its norm, and every partial product forming it (factors ``≤ 1``: weights, and
-#: entries of the rescaled ``x̃``, ``z̃``), is at least ``2^52`` times the subnormal spacing ``2^−1074``, so
-#: gradual underflow costs at most ``~2^−104`` relative; below it the norm could lose digits silently.
-#: On data of one scale it never binds: a value above ``_jacobian_floor`` (``≳ 100·eps·||𝓛̃||_F``) is
-#: below it only when ``||𝓛̃||_F < 2^−920``.
-RESOLVED_MIN = FLOAT_TINY / _EPS
-
-
-def _structurally_zero(inst: Instance, kind: str, of: str) -> bool:
-    """``J(W) = 0`` at every ``W``, decided exactly on the data (no rounding).
+def _zero_sequences(inst: Instance, kind: str, of: str) -> NDArray[np.bool_]:
+    """Per sequence, whether its Jacobian block ``J_i(W)`` is 0 at every ``W``, decided exactly on the data.
 
     Sequence ``i`` contributes nothing when ``z_i = 0`` or all its tokens are equal (the weights
     Jacobian is ``D_i 𝓛_i`` with ``D_i 1 = 0``); for the output also when all its values ``vᵀx_it``
@@ -1030,52 +1025,101 @@ def _structurally_zero(inst: Instance, kind: str, of: str) -> bool:
     zero_z = ~np.any(z != 0, axis=1)
     if kind == "linear":
         if of == "weights":
-            return bool(np.all(zero_z | ~np.any(X != 0, axis=(1, 2))))
-        zero_a = np.all((v[None, None, :] == 0) | (X == 0), axis=(1, 2))
-        return bool(np.all(zero_z | zero_a))
+            return np.asarray(zero_z | ~np.any(X != 0, axis=(1, 2)))
+        return np.asarray(zero_z | np.all((v[None, None, :] == 0) | (X == 0), axis=(1, 2)))
     same_x = np.all(X == X[:, :1, :], axis=(1, 2))
     if of == "weights":
-        return bool(np.all(zero_z | same_x))
+        return np.asarray(zero_z | same_x)
     same_a = np.all((v[None, None, :] == 0) | (X == X[:, :1, :]), axis=(1, 2))
-    return bool(np.all(zero_z | same_x | same_a))
+    return np.asarray(zero_z | same_x | same_a)
 
 
-def _checked_jacobian_norm(inst: Instance, kind: str, of: str, w: FloatArray) -> float:
-    """``||J(W)||₂`` on normalised data, or 0 when structurally zero; raises below its rounding level."""
-    val = _full_jacobian_norm(inst, kind, of, w)
-    floor = _jacobian_floor(inst, kind, of, w)
-    if val > floor:
-        if val < RESOLVED_MIN:
-            raise NumericalError(
-                f"the {kind} {of} Jacobian norm on the data rescaled to O(1) is {val:.3g}, within 2^52 of "
-                "float64's subnormal band, where its entries lose digits: the sequences' sizes differ by "
-                "more than ~2^970 (a sequence with the largest ||z_i|| has tiny tokens, and the one with "
-                "the largest tokens a tiny ||z_i||). Evaluate the sequences separately or use lipschitz_bound"
-            )
-        return val
-    if _structurally_zero(inst, kind, of):
-        return 0.0
-    raise NumericalError(
-        f"the {kind} {of} Jacobian norm at this W is below the rounding level of its float64 "
-        f"computation ({val:.3g} ≤ {floor:.3g} on the data rescaled to O(1)): the attention is saturated "
-        "there (logit gaps beyond ~36) or the tokens nearly coincide, and its value cannot be resolved. "
-        "Use lipschitz_bound for a certified upper bound, or a point with smaller logits"
-    )
+def _structurally_zero(inst: Instance, kind: str, of: str) -> bool:
+    """``J(W) = 0`` at every ``W`` (every sequence's block, ``_zero_sequences``), on the ORIGINAL data."""
+    return bool(np.all(_zero_sequences(inst, kind, of)))
 
 
-def _full_jacobian_norm(inst: Instance, kind: str, of: str, w: FloatArray) -> float:
+def _jacobian_pair(inst: Instance, kind: str, of: str, W: FloatArray, wshift: int) -> tuple[float, int]:
+    """``||J(W·2^−wshift)||₂ = m·2^e`` on the ORIGINAL data ``inst``, as ``(m, e)`` with ``m ≥ ½``.
+
+    ``J`` stacks the sequences' blocks ``J_i = ∂s_i/∂W`` (rows of sequence ``i``), which share ``W`` but
+    not their scale. Scale: each sequence is rescaled on its own, ``X̂_i = X_i/2^a_i``, ``ẑ_i = z_i/2^b_i``,
+    ``v̂ = v/2^ev`` (exact), and evaluated at ``Ŵ_i = W_true·2^(a_i+b_i)`` (the same logits, formed by
+    ``ldexp``: no intermediate factor under- or overflows), so ``J_i = 2^k_i Ĵ_i`` with
+    ``k_i = a_i + b_i`` (outputs add ``a_i + ev``). The blocks are then put on the common scale ``2^E`` of
+    the largest (``Ĵ_i·2^(k_i−E)``, entries ``≤ 1``; an entry more than ``2^1022`` below the largest entry
+    of ``J`` is normwise negligible) and ``||J||₂ = σ_max·2^E``. (A common rescaling of all sequences, as
+    before, underflowed every block to 0 when one sequence has the largest tokens and another the
+    largest query: the "silent 0" of issue 13.) Blocks of sequences that are 0 for every ``W``
+    (``_zero_sequences``) are exactly 0.
+
+    Raises NumericalError when ``Ŵ_i`` or the Jacobian is not finite (logits beyond float64), or when
+    the norm is at or below the combined rounding floor ``(Σ_i (floor_i·2^k_i)²)^½`` (``_jacobian_floors``).
+    """
     import torch
 
-    J = torch.func.jacrev(_torch_full_map(inst, kind, of))(torch.tensor(np.array(w), dtype=torch.float64))
-    J = J.detach()
-    finite = bool(torch.isfinite(J).all())
-    val = float(torch.linalg.svdvals(J)[0]) if finite and J.numel() else (0.0 if finite else math.nan)
-    if not math.isfinite(val):
+    n, T, d = inst.shape
+    live = ~_zero_sequences(inst, kind, of)
+    a = np.frexp(np.max(np.abs(inst.X), axis=(1, 2)))[1].astype(np.int64)
+    b = np.frexp(np.max(np.abs(inst.z), axis=1))[1].astype(np.int64)
+    ev = pow2_exponent(inst.v)
+    w = np.asarray(W, dtype=np.float64).reshape(-1)
+    with np.errstate(under="ignore"):  # entries 2^1022 below their sequence's largest: negligible
+        Xh = np.ldexp(inst.X, -a[:, None, None])
+        zh = np.ldexp(inst.z, -b[:, None])
+        vh = np.ldexp(inst.v, -ev)
+        ah = Xh @ vh
+    if kind == "linear":
+        Wh = np.zeros((n, d * d))  # the linear Jacobian does not depend on W
+    else:
+        with np.errstate(over="ignore", under="ignore"):
+            # Ŵ_i = W·2^(a_i+b_i−wshift) by ldexp (a subnormal or 0 entry is a logit error ≤ d·2^-1074)
+            Wh = np.where(live[:, None], np.ldexp(w[None, :], (a + b - wshift)[:, None]), 0.0)
+        if not np.all(np.isfinite(Wh)):
+            i = int(np.argmax(~np.all(np.isfinite(Wh), axis=1)))
+            big = float(np.max(np.abs(w)))
+            raise range_error(
+                f"the {kind} {of} Jacobian is not finite: the largest entry of W on the data's scale, "
+                "W·max|x|·max|z| (the logits' size),",
+                math.log(big) + (int(a[i] + b[i]) - wshift) * _LN2,
+                remedy="Use a smaller W or rescale the data",
+            )
+    head = _torch_head(kind, of)
+
+    def block(wi: torch.Tensor, Xi: torch.Tensor, zi: torch.Tensor, ai: torch.Tensor) -> torch.Tensor:
+        return head(Xi @ (wi.reshape(d, d) @ zi), ai)  # logits l_t = x̂_tᵀ Ŵ ẑ (row-major Ŵ)
+
+    tens = [torch.as_tensor(np.array(t), dtype=torch.float64) for t in (Wh, Xh, zh, ah)]
+    J = torch.func.vmap(torch.func.jacrev(block, argnums=0))(*tens).detach().numpy()  # (n, r, d²)
+    if not np.all(np.isfinite(J)):
+        nrm_m, nrm_e = math.frexp(_fro(w))
         raise NumericalError(
-            f"the {kind} {of} Jacobian is not finite at a point with ||W||_F = {_fro(w):.3g} "
+            f"the {kind} {of} Jacobian is not finite at a point with ||W||_F = "
+            f"{_pair_value(nrm_m, nrm_e - wshift):.3g} "
             "(logits beyond float64 range); use a smaller radius or rescale the data"
         )
-    return val
+    J = np.where(live[:, None, None], J, 0.0)
+    k = a + b + ((a + ev) if of == "output" else 0)
+    mx = np.max(np.abs(J), axis=(1, 2))
+    nz = mx > 0
+    floors = np.where(live, _jacobian_floors(Xh, zh, vh, Wh, kind, of), 0.0)
+    # E: the exponent of the largest block entry or floor (live sequences have a positive floor), so
+    # both are ≤ 1 on the common scale (no overflow of the floor's sum of squares)
+    E = int(np.max((k + np.frexp(np.maximum(mx, floors))[1])[live]))
+    with np.errstate(under="ignore"):
+        # Scale: the blocks on the common scale 2^E of the largest (entries ≤ 1), not one rescaling for all
+        Js = np.ldexp(J, (k - E)[:, None, None])
+        floor = math.sqrt(float(np.sum(np.ldexp(floors, k - E) ** 2)))
+    val = float(np.linalg.svd(Js.reshape(-1, d * d), compute_uv=False)[0]) if nz.any() else 0.0
+    if val > floor:
+        m, e = math.frexp(val)
+        return m, e + E
+    raise NumericalError(
+        f"the {kind} {of} Jacobian norm at this W is below the rounding level of its float64 "
+        f"computation ({val:.3g} ≤ {floor:.3g} on the sequences rescaled to O(1)): the attention is "
+        "saturated there (logit gaps beyond ~36) or the tokens (for outputs: the values vᵀx_it) nearly "
+        "coincide, and its value cannot be resolved. Use lipschitz_bound for a certified upper bound, or a point with smaller logits"
+    )
 
 
 # --------------------------------------------------------------------------- comparison
@@ -1091,6 +1135,19 @@ def _ratio(x: float, y: float, what: str) -> float:
     if not FLOAT_TINY <= r <= FLOAT_MAX:  # an overflow to inf or a (subnormal) underflow
         raise range_error(what, math.log(x) - math.log(y), remedy="Compare the logarithms of the two numbers")
     return r
+
+
+def _gap(b: float, e: float) -> float:
+    """``bound / estimate`` with the conventions of :func:`_ratio` (``0/0 = 1``, ``b/0 = inf``).
+
+    Never out of range, so no range check: the bound is certified (``b ≥ e``, never below 2^-1022·e), and
+    a returned estimate exceeds its rounding floor ``≥ JACOBIAN_ULPS·(nT + d²)·eps`` times the scale that
+    also bounds the bound (``||𝓛_i||_F``, times the values' size for outputs; ``_jacobian_floors``), so
+    ``b/e ≲ 1/eps``, far below 1.8e308.
+    """
+    if e == 0.0:
+        return 1.0 if b == 0.0 else math.inf
+    return b / e
 
 
 def compare_lipschitz(
@@ -1150,7 +1207,7 @@ def compare_lipschitz(
                 )
                 row[f"bound_{kind}"] = b
                 row[f"estimate_{kind}"] = e
-                row[f"gap_{kind}"] = _ratio(b, e, f"the gap bound/estimate of {kind} (radius {R:.3g})")
+                row[f"gap_{kind}"] = _gap(b, e)
             for other in ("linear", "normalized_linear"):
                 for what in ("bound", "estimate"):
                     row[f"{what}_ratio_softmax/{other}"] = _ratio(

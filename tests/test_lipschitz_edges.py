@@ -158,21 +158,20 @@ def test_jacobian_norm_refuses_exactly_the_values_below_its_documented_rounding_
         assert abs(got - truth) <= floor + svd_rtol(inst) * truth
 
 
-def test_jacobian_norm_resolved_min_message_names_both_remedies() -> None:
+def test_jacobian_norm_of_sequences_2_1000_apart_is_the_mpmath_value() -> None:
     """Sequence 0 of size 1 (``z_0`` the largest query), sequence 1 with tokens ``2^1000`` and a first token
-    (its query) ``2^-1000``: on the data rescaled to O(1) the Jacobian is ~``2^-1000``, below ``RESOLVED_MIN``
-    (tests/test_scale_lipschitz.py shows the true value is O(1)); the refusal says how to get an answer:
-    evaluate the sequences separately, or use the certified bound."""
+    (its query) ``2^-1000``: no common rescaling of ``X`` and ``z`` brings both products ``||z_i||·||x_it||``
+    to O(1) (that path refused, ``RESOLVED_MIN``); each sequence is now rescaled on its own, so the answer
+    is returned. Oracle: the Jacobian from its definition in mpmath at 40 digits on the raw data."""
     rng = np.random.default_rng(1)
     X = rng.standard_normal((2, 3, 2))
     X[1] = np.ldexp(X[1], 1000)
     X[1, 0] = np.ldexp(X[1, 0], -2000)
     inst = A.Instance(X, np.ones(2), np.array([1.0, -0.5]))
-    with pytest.raises(NumericalError) as exc:
-        jacobian_norm(inst, np.zeros((2, 2)), "softmax")
-    assert str(exc.value).endswith(
-        "the largest tokens a tiny ||z_i||). Evaluate the sequences separately or use lipschitz_bound"
-    )
+    W = np.zeros((2, 2))
+    truth = float(mp_softmax_weights_jacobian_norm(inst, W))
+    assert 0.1 < truth < 10.0
+    assert abs(jacobian_norm(inst, W, "softmax") - truth) <= svd_rtol(inst) * truth
 
 
 def test_jacobian_norm_overflowing_logits_of_unit_scale_data_message() -> None:
@@ -385,18 +384,16 @@ def test_constant_map_estimate_is_zero_when_the_ball_underflows_on_the_rescaled_
             assert lipschitz_estimate(inst, kind, radius=1e-300, of=of, samples=4, steps=2).value == 0.0
 
 
-def test_constant_map_estimate_at_the_largest_radius_never_raises_a_foreign_error() -> None:
-    """``X = 0`` (every constant exactly 0), ``z = 0.99·1`` and ``R = FLOAT_MAX``: the scale contract allows the
-    exact 0 or an AttnSVMError naming a cause, never a foreign exception. (Today the search's intermediate
-    ``z̃ Wᵀ`` overflows at such radii before it meets ``X = 0``, and the estimate raises NumericalError; see
-    the mutation report.)"""
+def test_constant_map_estimate_at_the_largest_radius_is_exactly_zero() -> None:
+    """``X = 0`` (every constant exactly 0, exact certificate), ``z = 0.99·1`` and ``R = FLOAT_MAX``: exactly 0,
+    attained at ``W = 0``, for every seed. (The search's intermediate ``z̃ Wᵀ`` overflowed at such radii before
+    it met ``X = 0`` and the estimate raised "Jacobian is not finite … radius too large", the wrong cause: the
+    constant map is now recognised on the original data before any search.)"""
     inst = A.Instance(np.zeros((1, 2, 2)), [1.0], [1.0, 1.0], [[0.99, 0.99]])
     for seed in range(3):
-        try:
-            value = lipschitz_estimate(inst, radius=FLOAT_MAX, samples=16, steps=2, seed=seed).value
-        except AttnSVMError:
-            continue
-        assert value == 0.0
+        e = lipschitz_estimate(inst, radius=FLOAT_MAX, samples=16, steps=2, seed=seed)
+        assert e.value == 0.0
+        assert np.all(e.W == 0.0)
 
 
 # ----------------------------------------------------------------------------- scale
@@ -462,3 +459,74 @@ def test_estimate_first_ascent_step_is_the_documented_normalised_gradient_step()
     np.testing.assert_allclose(step, (R / 4) * g / np.linalg.norm(g), rtol=0, atol=1e-9 * R)
     assert torch_jac_norm(inst, "softmax", "output", e1.W) > e0.value
     assert abs(e1.value - torch_jac_norm(inst, "softmax", "output", e1.W)) <= 2 * svd_rtol(inst) * e1.value
+
+
+# ----------------------------------------------------------------------------- regressions (mutation report)
+#: Defect 1's instance: sequence 0 holds the largest tokens (``2^1000``) and a subnormal query ``2^-1074``,
+#: sequence 1 subnormal tokens (``2^-1074``) and the largest query (``1``); ``v = (1, −1)``. One common
+#: rescaling of ``X`` and ``z`` underflows both sequences' logit rows to 0. By hand at ``W = 0`` (each
+#: ``z_i ⊗ x_it`` is a multiple of ``e_1 ⊗ e_t``; sequence 1's rows are ``2^-2074`` times sequence 0's, below
+#: float64's resolution of the sum): linear weights ``||𝓛||₂ = 2^-74``; softmax and normalized-linear weights
+#: ``½·2^-74`` (``D = ½I − ¼11ᵀ``, ``s = (½, ½)``); linear output ``√2·2^926`` (row ``Σ_t a_0t z_0 ⊗ x_0t``);
+#: softmax / normalized-linear output ``√2·2^925`` (``∂f/∂l = s∘(a − f) = ½a``).
+SPLIT_CLOSED_FORM = {
+    ("linear", "weights"): 2.0**-74,
+    ("softmax", "weights"): 2.0**-75,
+    ("normalized_linear", "weights"): 2.0**-75,
+    ("linear", "output"): math.ldexp(math.sqrt(2.0), 926),
+    ("softmax", "output"): math.ldexp(math.sqrt(2.0), 925),
+    ("normalized_linear", "output"): math.ldexp(math.sqrt(2.0), 925),
+}
+
+
+def split_scale_instance() -> A.Instance:
+    X = np.zeros((2, 2, 2))
+    X[0] = np.eye(2) * 2.0**1000
+    X[1] = np.eye(2) * 2.0**-1074
+    z = np.array([[2.0**-1074, 0.0], [1.0, 0.0]])
+    return A.Instance(X, [1.0, 1.0], [1.0, -1.0], z)
+
+
+@pytest.mark.parametrize(("kind", "of"), sorted(SPLIT_CLOSED_FORM))
+def test_jacobian_norm_is_never_a_silent_zero_when_sequences_underflow_on_a_common_scale(
+    kind: str, of: str
+) -> None:
+    """Mutation-report defect 1: on one common rescaling every sequence's Jacobian underflowed to exactly 0 and the
+    structural-zero test, run on the rescaled data, returned 0 for a normal-double answer. Now each sequence is
+    rescaled on its own. Oracle: the closed forms of ``SPLIT_CLOSED_FORM`` at ``W = 0`` (by hand); for the
+    estimate, the closed form is attained (``W = 0`` is a candidate) and bounds it from below, the certified
+    bound from above, and for softmax weights its value equals the mpmath Jacobian at its returned point."""
+    inst, truth = split_scale_instance(), SPLIT_CLOSED_FORM[(kind, of)]
+    assert abs(jacobian_norm(inst, np.zeros((2, 2)), kind, of) - truth) <= svd_rtol(inst) * truth
+    e = lipschitz_estimate(inst, kind, of=of, **FAST)
+    assert e.value >= truth * (1 - svd_rtol(inst))
+    assert e.value <= lipschitz_bound(inst, kind, of=of).value
+    if kind == "linear":  # the Jacobian is constant: the estimate is the closed form itself
+        assert abs(e.value - truth) <= svd_rtol(inst) * truth
+    if (kind, of) == ("softmax", "weights"):
+        at_w = float(mp_softmax_weights_jacobian_norm(inst, e.W))
+        assert abs(e.value - at_w) <= svd_rtol(inst) * at_w
+
+
+def test_jacobian_norm_of_a_constant_map_at_huge_w_is_exactly_zero() -> None:
+    """Mutation-report defect 2 (``jacobian_norm``'s side): ``X = 0`` makes every logit 0 for every ``W`` (exact
+    certificate), so the Jacobian is exactly 0 even at ``W = 1e308`` everywhere, where ``W`` on any rescaled
+    scale, and ``z·Wᵀ``, overflow: 0, never a "not finite" error naming the logits."""
+    inst = A.Instance(np.zeros((2, 2, 2)), [1.0, 1.0], [1.0, 1.0], [[0.99, 0.99], [0.5, -0.5]])
+    for kind in KINDS:
+        for of in OFS:
+            assert jacobian_norm(inst, np.full((2, 2), 1e308), kind, of) == 0.0
+            assert lipschitz_estimate(inst, kind, radius=FLOAT_MAX, of=of, **FAST).value == 0.0
+
+
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+def test_weights_factor_is_exactly_one_half_where_the_cap_binds(kind: str) -> None:
+    """Mutation-report item 4: the override ``κ_i = ½`` where ``p_i ≥ ½`` was redundant because the pair of
+    ``log ½`` is exactly ``(½, 0)``. Oracle: the exact certificate ``κ_i = min(½, p_i)``, with ``p_i ≥ ½`` for any
+    ball when ``T = 2`` (the larger weight is ``≥ ½``): every factor is exactly ½ and the bound equals the
+    radius-free ``½·linear`` bound bit for bit."""
+    inst = A.random_instance(3, 2, 2, seed=4)
+    for R in (1e-3, 1.0, 1e3):
+        b = lipschitz_bound(inst, kind, radius=R)
+        assert np.all(b.kappa == 0.5)
+        assert b.value == lipschitz_bound(inst, kind, radius=1e300).value
