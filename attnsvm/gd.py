@@ -1778,7 +1778,7 @@ def projected_path(
     defined, is judged on the risk alone) or, once the risk change is below float64 resolution
     (at large ``R`` it is ~``e^{−R·margin}``), when it lowers the residual; then
     ``η ← min(1.25η, lr·R)``, otherwise ``η ← η/2``. A radius stops at ``tol``, ``max_steps`` or
-    ``η < 1e-15·R``. (Keeping steps on the residual alone, with the first step of each radius
+    ``η ≤ 1e-15·R``. (Keeping steps on the residual alone, with the first step of each radius
     accepted unchecked from inside the ball, could jump basins between radii and stall at
     residuals 1e-3..0.4.)
     """
