@@ -79,6 +79,7 @@ TESTS: dict[str, list[str]] = {
         "properties/test_svm.py",
         "properties/test_scale_svm.py",
     ],
+    "svm_working_set": ["tests/test_svm_working_set.py"],
     # properties/test_gd.py (8000-step convergence runs, minutes) is left out: the unit tests and the
     # scale and batch properties exercise every line of gd.py in seconds.
     "gd": [
