@@ -37,7 +37,8 @@ def mp_log_grad(
 ) -> tuple[mpmath.mpf, np.ndarray]:
     """``(log||∇L||_F, ∇L/||∇L||_F)`` in mpmath from the exact float64 inputs (independent oracle).
 
-    ``∇L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it (a_it − f_i) x_it z_iᵀ`` with every quantity an
+    ``∇L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it (a_it − f_i) x_it z_iᵀ`` (``a_it − f_i`` as
+    ``Σ_u s_iu (a_it − a_iu)``, exact at any saturation) with every quantity an
     ``ORACLE_DPS``-digit number, or ``dps`` digits (no over- or underflow at any scale).
     """
     with mpmath.workdps(dps or ORACLE_DPS):
@@ -64,7 +65,10 @@ def mp_log_grad(
                 "correlation": mpf(-1),
             }[loss]
             for t in range(T):
-                w = dl * mpf(float(inst.Y[i])) * s[t] * (a[t] - f) / n
+                # a_it − f_i in the centred form Σ_u s_iu (a_it − a_iu): the textbook difference
+                # loses every digit once a weight is below 10^−dps (strong saturation).
+                c = mpmath.fsum(su * (a[t] - au) for su, au in zip(s, a, strict=True))
+                w = dl * mpf(float(inst.Y[i])) * s[t] * c / n
                 G += w * xs[t] * z.T
         nrm = mpmath.sqrt(mpmath.fsum(G[k, j] ** 2 for k in range(d) for j in range(d)))
         direction = np.array([[float(G[k, j] / nrm) for j in range(d)] for k in range(d)])
