@@ -61,6 +61,7 @@ TESTS: dict[str, list[str]] = {
     "grad": [
         "tests/test_grad.py",
         "tests/test_grad_edges.py",
+        "tests/test_grad_log_edges.py",
         "tests/test_scale_core.py",
         "properties/test_grad.py",
         "properties/test_scale_core.py",
@@ -173,7 +174,7 @@ def _configure(dest: Path, module: str, tests: list[str]) -> None:
         'source_paths = ["attnsvm"]\n'
         f'only_mutate = ["attnsvm/{module}.py"]\n'
         f'also_copy = ["conftest.py", "properties/", "tests/", "symbolic/"]\n'
-        'pytest_add_cli_args = ["-p", "no:xdist", "-p", "no:cacheprovider", "-p", "no:randomly", "-q"]\n'
+        'pytest_add_cli_args = ["-p", "no:xdist", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--tb=line"]\n'
         f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
         # torch is not fork-safe after use: fork each mutant's worker from a clean server process.
         'process_isolation = "forkserver"\n'
