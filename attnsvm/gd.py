@@ -1646,7 +1646,17 @@ def run_gd_batch(
             risk = eng.risk(logit_scale(W))
             if not bool(torch.isfinite(risk).all()):
                 raise NumericalError(f"the risk is not finite at step {t}; check the loss")
-            rec["risks"].append(risk.cpu().numpy())
+            risk_np = risk.cpu().numpy()
+            # A risk that reads 0 or subnormal may have underflowed in the engine's exp: take the
+            # single form's exact value there (log-domain, refusing a risk below the normal range
+            # as run_gd does) instead of recording a 0 whose truth is not 0.
+            for b in map(int, np.flatnonzero(np.abs(risk_np) < FLOAT_TINY)):
+                sc = scales[b]
+                try:
+                    risk_np[b] = risk_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, Wn[b], f"W_{t}"), lo)
+                except NumericalError as exc:
+                    raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
+            rec["risks"].append(risk_np)
             rec["tokens"].append(logits.argmax(dim=0).cpu().numpy().astype(np.intp))
             rec["lg"].append(log_norm.cpu().numpy() / math.log(10.0))
             if ref is not None:

@@ -17,6 +17,7 @@ a changed constant, a dropped factor or a bound that stops bounding moves a case
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -267,3 +268,28 @@ def test_a_custom_loss_whose_derivative_overflows_gets_the_documented_message() 
         "instance 0: the risk gradient is exactly zero or not finite at or before step 0 "
         "(stationary W or a custom loss that overflows); its normalized direction is undefined"
     )
+
+
+def test_a_risk_below_the_normal_range_is_refused_like_run_gd_not_recorded_as_zero() -> None:
+    """Oracle: the risk in closed form. One sequence, tokens e₁, e₂, z = e₁, values ±a with
+    a = 0.04·2^52, W₀ = [[2, 0], [2, 0]]: the logits tie (f = 0, risk 1); the gradient there is
+    −(a/2)(e₁ − e₂)e₁ᵀ, so one normalized step of 0.1 moves W by 0.1(e₁ − e₂)e₁ᵀ/√2 and splits the
+    logits by δ = 0.1·√2: f₁ = a·tanh(δ/2) ≈ 1.27e13 and the exponential risk e^−f₁ ≈ 10^−5.5e12 is far
+    below the normal range. The batched engine's exp rounds it to 0; it must refuse naming the
+    underflow and its size, as run_gd does, instead of recording a risk of 0."""
+    a = 0.04 * 2**52
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([a, -a]), np.array([[1.0, 0.0]])
+    )
+    W0 = np.array([[2.0, 0.0], [2.0, 0.0]])
+    log10_risk = -a * math.tanh(0.1 * math.sqrt(2.0) / 2) / math.log(10.0)
+    for run in (
+        lambda: run_gd(inst, 1, 0.1, loss="exponential", W0=W0),
+        lambda: run_gd_batch([inst], 1, 0.1, loss="exponential", W0=W0),
+    ):
+        with pytest.raises(NumericalError, match=r"the risk L\(W\) is about 1e-\d+: it underflows") as ei:
+            run()
+        exponent = float(re.search(r"about 1e(-\d+)", str(ei.value)).group(1))  # type: ignore[union-attr]
+        assert abs(exponent - log10_risk) <= 1.0, (exponent, log10_risk)
+    with pytest.raises(NumericalError, match=r"^step 1: instance 0: the risk"):
+        run_gd_batch([inst], 1, 0.1, loss="exponential", W0=W0)
