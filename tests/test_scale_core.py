@@ -410,38 +410,6 @@ def test_risk_grad_refusal_message_names_the_gradient_its_size_and_the_remedy(j:
 GAP_ORACLE_DPS = 80
 
 
-def mp_log_grad_centred(inst: A.Instance, W: np.ndarray, loss: str) -> tuple[mpmath.mpf, np.ndarray]:
-    """As :func:`mp_log_grad`, at ``GAP_ORACLE_DPS`` digits, with ``a_t − f = Σ_u s_u (a_t − a_u)``.
-
-    The textbook ``a_t − f`` of :func:`mp_log_grad` cancels: with ``s_2 = e^{−2w}`` below 10^−dps,
-    ``f = s_1 − s_2`` rounds to 1 and ``a_1 − f`` to 0 (it returned ``2e^{−2w}`` for ``4e^{−2w}``); the
-    centred sum has no cancellation at any saturation (mpmath exponents are unbounded).
-    """
-    with mpmath.workdps(GAP_ORACLE_DPS):
-        mpf = mpmath.mpf
-        n, T, d = inst.shape
-        Wm = mpmath.matrix([[mpf(float(W[k, j])) for j in range(d)] for k in range(d)])
-        v = mpmath.matrix([mpf(float(c)) for c in inst.v])
-        G = mpmath.zeros(d, d)
-        for i in range(n):
-            z = mpmath.matrix([mpf(float(c)) for c in inst.z[i]])
-            xs = [mpmath.matrix([mpf(float(c)) for c in inst.X[i, t]]) for t in range(T)]
-            Wz = Wm * z
-            lg = [mpmath.fsum(x[k] * Wz[k] for k in range(d)) for x in xs]
-            a = [mpmath.fsum(x[k] * v[k] for k in range(d)) for x in xs]
-            m = max(lg)
-            e = [mpmath.exp(li - m) for li in lg]
-            s = [ei / mpmath.fsum(e) for ei in e]
-            u = mpf(float(inst.Y[i])) * mpmath.fsum(si * ai for si, ai in zip(s, a, strict=True))
-            dl = {"logistic": -1 / (1 + mpmath.exp(u)), "correlation": mpf(-1)}[loss]
-            for t in range(T):
-                centred = mpmath.fsum(s[q] * (a[t] - a[q]) for q in range(T))
-                G += (dl * mpf(float(inst.Y[i])) * s[t] * centred / n) * xs[t] * z.T
-        nrm = mpmath.sqrt(mpmath.fsum(G[k, j] ** 2 for k in range(d) for j in range(d)))
-        direction = np.array([[float(G[k, j] / nrm) for j in range(d)] for k in range(d)])
-        return mpmath.log(nrm), direction
-
-
 _PM_ONE = A.Instance(np.array([[[1.0], [-1.0]]]), np.array([1.0]), np.array([1.0]), np.array([[1.0]]))
 _HALF_MAX = FLOAT_MAX / 2  # logits ±w: the gap 2w overflows to inf exactly when w > FLOAT_MAX/2
 
@@ -461,7 +429,7 @@ def test_risk_grad_never_returns_zeros_when_a_logit_gap_overflows(w: float, loss
     refusal is the range error naming the underflow of the gradient and the range (log_norm −inf:
     even log||∇L|| is not a double); normalized_risk_grad refuses alike, never "exactly zero"."""
     W = np.array([[w]])
-    log_norm, _ = mp_log_grad_centred(_PM_ONE, W, loss)
+    log_norm, _ = mp_log_grad(_PM_ONE, W, loss, dps=GAP_ORACLE_DPS)
     assert mpmath.isfinite(log_norm) and log_norm < LOG_FLOAT_TINY  # nonzero, below the normal range
     if 2 * mpmath.mpf(w) > FLOAT_MAX:
         assert log_norm < -FLOAT_MAX  # not even its logarithm is a double
@@ -487,7 +455,7 @@ def test_risk_grad_on_both_sides_of_the_normal_range(w: float, returns: bool) ->
     """The same instance where ||∇L|| = 4s_1 s_2 ≈ 4e^{−2w} crosses FLOAT_TINY (w ≈ 354.5). Oracle: mpmath
     (80 digits, centred form). Above: the value to GRAD_RTOL; below: GradientRangeError with log_norm to LOG_NORM_ATOL."""
     W = np.array([[w]])
-    log_norm, direction = mp_log_grad_centred(_PM_ONE, W, "correlation")
+    log_norm, direction = mp_log_grad(_PM_ONE, W, "correlation", dps=GAP_ORACLE_DPS)
     assert (log_norm >= LOG_FLOAT_TINY) == returns
     if returns:
         G = A.risk_grad(_PM_ONE, W, "correlation")
@@ -521,7 +489,7 @@ def test_risk_grad_refuses_values_that_cancel_to_rounding(middle: float) -> None
     VE = d·eps·Σ s (|a|_t + |a|_u)), which normalized_risk_grad also applies."""
     inst = _values_below_rounding(middle)
     W = np.zeros((3, 3))
-    log_norm, direction = mp_log_grad_centred(inst, W, "logistic")
+    log_norm, direction = mp_log_grad(inst, W, "logistic", dps=GAP_ORACLE_DPS)
     assert mpmath.isfinite(log_norm)  # ∇L ≠ 0
     ref = direction * float(mpmath.exp(log_norm))
     try:
