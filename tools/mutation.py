@@ -226,7 +226,11 @@ def _source_hash(module: str, root: Path = ROOT) -> str:
     """Hash of the module's code as mutmut sees it: the syntax tree without docstrings, so that a
     documentation edit keeps a run's mutant names (and ``--survivors``) valid while any code change
     does not."""
-    tree = ast.parse((root / "attnsvm" / f"{module}.py").read_text())
+    tree = _strip_docstrings(ast.parse((root / "attnsvm" / f"{module}.py").read_text()))
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (
@@ -237,7 +241,34 @@ def _source_hash(module: str, root: Path = ROOT) -> str:
             and isinstance(body[0].value.value, str)
         ):
             node.body = body[1:] or [ast.Pass()]
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+    return tree
+
+
+def function_hashes(module: str, root: Path = ROOT) -> dict[str, str]:
+    """``{"f": sha, "Class.method": sha}`` of the module's top-level functions and methods (docstrings
+    ignored): mutmut numbers a function's mutants from its code, so an equivalent row stays meaningful
+    exactly while its function's hash is unchanged."""
+    tree = _strip_docstrings(ast.parse((root / "attnsvm" / f"{module}.py").read_text()))
+    out: dict[str, str] = {}
+    for node in tree.body:  # type: ignore[attr-defined]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = hashlib.sha256(ast.dump(node).encode()).hexdigest()[:16]
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    key = f"{node.name}.{item.name}"
+                    out[key] = hashlib.sha256(ast.dump(item).encode()).hexdigest()[:16]
+    return out
+
+
+def mutant_function(name: str) -> str:
+    """The function a mutant belongs to: ``attnsvm.gd.x_run_gd__mutmut_3`` → ``run_gd``,
+    ``attnsvm.gd.xǁ_TorchBatchǁrisk__mutmut_2`` → ``_TorchBatch.risk``."""
+    local = name.split(".", 2)[2].rsplit("__mutmut_", 1)[0]
+    if local.startswith("xǁ"):
+        cls, meth = local[2:].split("ǁ", 1)
+        return f"{cls}.{meth}"
+    return local[2:]  # "x_" + function name
 
 
 def _previous(module: str) -> dict[str, Any]:
@@ -293,6 +324,19 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
             f"test run fail? see the output above, or run the selection in {dest}); no result written"
         )
     equivalent = _equivalent(module)
+    hashes = function_hashes(module, dest)
+    if prev is None and (RESULTS / f"{module}.json").exists():
+        # Equivalent rows were judged on the last run's code: a row whose function changed since then
+        # may name a different mutation now (mutmut renumbers a changed function's mutants), so it
+        # counts again until it is judged again.
+        old_hashes = json.loads((RESULTS / f"{module}.json").read_text()).get("function_sha256")
+        if old_hashes is not None:
+            stale = sorted(
+                n for n in equivalent if old_hashes.get(mutant_function(n)) != hashes.get(mutant_function(n))
+            )
+            for n in stale:
+                print("  equivalent row to judge again (its function changed since the last run):", n)
+                del equivalent[n]
     known = KILLED | TIMEOUT | SURVIVED | UNTESTED
     errored = sorted(n for n in to_run if codes.get(n) not in known)
     if prev is None:
@@ -326,6 +370,7 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
         "seconds": round(elapsed + (prev["seconds"] if prev else 0.0), 1),
         "mutmut": "3.8.1",
         "killed_names": killed,
+        "function_sha256": hashes,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{module}.json").write_text(json.dumps(doc, indent=2) + "\n")
