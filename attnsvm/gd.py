@@ -58,6 +58,7 @@ from .scaling import (
     LOG_FLOAT_MAX,
     LOG_FLOAT_TINY,
     ldexp_scale,
+    log10_of,
     pow2_exponent,
     range_error,
 )
@@ -292,12 +293,22 @@ def _to_logit_scale(sc: _Scaled, W: FloatArray, what: str = "W") -> FloatArray:
     logits by < 2^−1070, nothing at float64 precision); raises when the logits would overflow."""
     m = float(np.max(np.abs(W), initial=0.0))
     if m > 0 and math.log(m) + sc.k * _LN2 > math.log(_logit_bound(sc.d)):
-        raise range_error(
+        quantity = (
             f"the logits x_itᵀ {what} z_i (up to d²·max|{what}|·max|X|·max|z| ≈ "
-            f"{sc.d * sc.d}·{m:.3g}·2^{sc.k})",
-            math.log(sc.d * sc.d) + math.log(m) + sc.k * _LN2,
-            remedy="The softmax is one-hot far beyond float64 there; lower lr or the number of steps, "
-            "or rescale the data (W·c on (X, z) is W on (√c·X, √c·z))",
+            f"{sc.d * sc.d}·{m:.3g}·2^{sc.k})"
+        )
+        log_l = math.log(sc.d * sc.d) + math.log(m) + sc.k * _LN2
+        remedy = (
+            "The softmax is one-hot far beyond float64 there; lower lr or the number of steps, "
+            "or rescale the data (W·c on (X, z) is W on (√c·X, √c·z))"
+        )
+        if log_l > LOG_FLOAT_MAX:
+            raise range_error(quantity, log_l, remedy=remedy)
+        # Representable, but above the headroom the engines need (logit differences and the
+        # gradient's sums would overflow): an overflow of that bound, not an underflow.
+        raise NumericalError(
+            f"{quantity} is about 1e{log10_of(log_l):+.0f}: above {_logit_bound(sc.d):.3g} = 1.8e308/(4d²), "
+            f"the largest logits whose softmax and gradient float64 computes without overflow. {remedy}"
         )
     return np.ldexp(W, sc.k)
 

@@ -133,6 +133,8 @@ def test_logits_beyond_the_documented_bound_are_refused_at_every_data_scale(k: i
     msg = str(info.value)
     assert msg.startswith("normalized GD at step 1: the logits x_itᵀ W z_i (up to d²·max|W|")
     assert f"2^{k}) is about 1e+308" in msg
+    # representable logits above the engines' headroom: named as above the bound, never an underflow
+    assert f"above {FLOAT_MAX / 16:.3g} = 1.8e308/(4d²)" in msg and "underflow" not in msg
     assert msg.endswith(
         "The softmax is one-hot far beyond float64 there; lower lr or the number of steps, "
         "or rescale the data (W·c on (X, z) is W on (√c·X, √c·z))"
