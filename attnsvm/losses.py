@@ -75,9 +75,12 @@ def _exp_checked(x: Any) -> Any:
     if xp is np:
         x = np.asarray(x)
     size = x.numel() if xp is not np else x.size
-    if size and float(x.max()) > EXP_OVERFLOW:
+    # the check reads a value, not a graph: detach a torch tensor first (float() of a tensor that
+    # requires grad warns)
+    top = float((x if xp is np else x.detach()).max()) if size else -math.inf
+    if top > EXP_OVERFLOW:
         raise NumericalError(
-            f"the exponential loss e^{{-u}} is about 1e{float(x.max()) / math.log(10.0):+.0f}: it overflows "
+            f"the exponential loss e^{{-u}} is about 1e{top / math.log(10.0):+.0f}: it overflows "
             "float64's normal range [2.2e-308, 1.8e308] (margin u < -709.78); "
             "rescale the data or use the logistic loss"
         )

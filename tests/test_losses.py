@@ -144,6 +144,9 @@ def test_log_neg_derivative_of_a_custom_loss_stays_in_torch_and_differentiable()
     np.testing.assert_allclose(grad.numpy(), [0.0, -1.5], rtol=LOSS_RTOL, atol=LOSS_RTOL)
 
 
+# error: the overflow check must read the tensor's value without touching autograd (a UserWarning
+# "Converting a tensor with requires_grad=True to a scalar" reached users before)
+@pytest.mark.filterwarnings("error")
 @pytest.mark.parametrize("name", list(ORACLES))
 def test_torch_losses_are_differentiable_by_autograd(name):
     """The torch engine differentiates through the built-in losses: d ℓ/du = ℓ' and d ℓ'/du = ℓ''
