@@ -13,6 +13,9 @@ constant number of roundings per term.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import mpmath
 import numpy as np
 import pytest
@@ -80,6 +83,28 @@ def autograd_grad(inst: Instance, W: np.ndarray, loss: str) -> np.ndarray:
     return Wt.grad.numpy()
 
 
+def _mp_sequences(inst: Instance, W: np.ndarray) -> Iterator[tuple[Any, ...]]:
+    """Per sequence, in the caller's mpmath precision from the exact float64 inputs:
+    ``(z, tokens, weights s, values a, |values| A_t = Σ_k |v_k x_tk|, margin u = Y f)``."""
+    mpf = mpmath.mpf
+    n, T, d = inst.shape
+    Wm = [[mpf(float(W[k, j])) for j in range(d)] for k in range(d)]
+    vm = [mpf(float(c)) for c in inst.v]
+    for i in range(n):
+        z = [mpf(float(c)) for c in inst.z[i]]
+        xs = [[mpf(float(c)) for c in inst.X[i, t]] for t in range(T)]
+        Wz = [mpmath.fsum(Wm[k][j] * z[j] for j in range(d)) for k in range(d)]
+        lg = [mpmath.fsum(x[k] * Wz[k] for k in range(d)) for x in xs]
+        a = [mpmath.fsum(x[k] * vm[k] for k in range(d)) for x in xs]
+        Aabs = [mpmath.fsum(abs(x[k] * vm[k]) for k in range(d)) for x in xs]
+        m = max(lg)
+        e = [mpmath.exp(li - m) for li in lg]
+        tot = mpmath.fsum(e)
+        s = [ei / tot for ei in e]
+        u = mpf(float(inst.Y[i])) * mpmath.fsum(si * ai for si, ai in zip(s, a, strict=True))
+        yield z, xs, s, a, Aabs, u
+
+
 def mp_grad_and_scale(
     inst: Instance, W: np.ndarray, loss: str
 ) -> tuple[list[list[mpmath.mpf]], list[list[mpmath.mpf]]]:
@@ -92,23 +117,9 @@ def mp_grad_and_scale(
     with mpmath.workdps(ORACLE_DPS):
         mpf = mpmath.mpf
         n, T, d = inst.shape
-        Wm = [[mpf(float(W[k, j])) for j in range(d)] for k in range(d)]
-        vm = [mpf(float(c)) for c in inst.v]
         G = [[mpf(0) for _ in range(d)] for _ in range(d)]
         Sm = [[mpf(0) for _ in range(d)] for _ in range(d)]
-        for i in range(n):
-            z = [mpf(float(c)) for c in inst.z[i]]
-            xs = [[mpf(float(c)) for c in inst.X[i, t]] for t in range(T)]
-            Wz = [mpmath.fsum(Wm[k][j] * z[j] for j in range(d)) for k in range(d)]
-            lg = [mpmath.fsum(x[k] * Wz[k] for k in range(d)) for x in xs]
-            a = [mpmath.fsum(x[k] * vm[k] for k in range(d)) for x in xs]
-            Aabs = [mpmath.fsum(abs(x[k] * vm[k]) for k in range(d)) for x in xs]
-            m = max(lg)
-            e = [mpmath.exp(li - m) for li in lg]
-            tot = mpmath.fsum(e)
-            s = [ei / tot for ei in e]
-            f = mpmath.fsum(si * ai for si, ai in zip(s, a, strict=True))
-            u = mpf(float(inst.Y[i])) * f
+        for i, (z, xs, s, a, Aabs, u) in enumerate(_mp_sequences(inst, W)):
             dl = {
                 "logistic": -1 / (1 + mpmath.exp(u)),
                 "exponential": -mpmath.exp(-u),
@@ -274,20 +285,8 @@ def mp_rounding_level(inst: Instance, W: np.ndarray, loss: str) -> mpmath.mpf:
     n, T, d = inst.shape
     with mpmath.workdps(ORACLE_DPS):
         mpf = mpmath.mpf
-        Wm = [[mpf(float(W[k, j])) for j in range(d)] for k in range(d)]
-        vm = [mpf(float(c)) for c in inst.v]
         M = VE = mpf(0)
-        for i in range(n):
-            z = [mpf(float(c)) for c in inst.z[i]]
-            xs = [[mpf(float(c)) for c in inst.X[i, t]] for t in range(T)]
-            Wz = [mpmath.fsum(Wm[k][j] * z[j] for j in range(d)) for k in range(d)]
-            lg = [mpmath.fsum(x[k] * Wz[k] for k in range(d)) for x in xs]
-            a = [mpmath.fsum(x[k] * vm[k] for k in range(d)) for x in xs]
-            Aabs = [mpmath.fsum(abs(x[k] * vm[k]) for k in range(d)) for x in xs]
-            m = max(lg)
-            e = [mpmath.exp(li - m) for li in lg]
-            s = [ei / mpmath.fsum(e) for ei in e]
-            u = mpf(float(inst.Y[i])) * mpmath.fsum(si * ai for si, ai in zip(s, a, strict=True))
+        for i, (z, xs, s, a, Aabs, u) in enumerate(_mp_sequences(inst, W)):
             dl = abs(
                 {"logistic": -1 / (1 + mpmath.exp(u)), "exponential": -mpmath.exp(-u)}.get(loss, mpf(-1))
             )
