@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import AttnSVMError
+from ._deps import require
+from .errors import AttnSVMError, MissingDependencyError
 
 if TYPE_CHECKING:
     from .identities import ClaimReport
@@ -41,6 +42,20 @@ __all__ = ["main", "load_instance", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 EXIT_OK = 0
 EXIT_FAILED = 1  # a claim or a self-check failed
 EXIT_USAGE = 2  # bad input: file, arrays, options
+
+
+#: The optional packages each command needs beyond the core (numpy, scipy); ``svm`` and ``gd`` need none.
+COMMAND_NEEDS: dict[str, tuple[str, ...]] = {
+    "reproduce": ("rich", "matplotlib", "mpmath", "sympy", "torch", "cvxpy"),
+    "check": ("rich", "sympy", "mpmath", "hypothesis"),
+    "bench": ("torch", "cvxpy"),
+}
+
+
+def _require_for(command: str) -> None:
+    """Raise :class:`MissingDependencyError` (naming the extra) unless ``command``'s packages import."""
+    for package in COMMAND_NEEDS.get(command, ()):
+        require(package, feature=f"`attnsvm {command}`")
 
 
 class InputError(Exception):
@@ -397,6 +412,7 @@ def _prepare_out_dir(out_dir: Path, *, force: bool) -> None:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """Run the experiment families and write the report."""
+    _require_for("reproduce")
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -678,6 +694,7 @@ def _proof_failure(report: ClaimReport) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Fast self-check; exit 0 when every part passes."""
+    _require_for("check")
     ok = run_selfcheck(verbose=not args.quiet, tiny=args.tiny)
     return EXIT_OK if ok else EXIT_FAILED
 
@@ -686,6 +703,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmarks side by side; exit 1 when a measured target (:data:`attnsvm.bench.TARGETS`) is
     missed (each is measured only at its own size, so ``--quick`` checks none)."""
+    _require_for("bench")
     from .bench import run_benchmarks
 
     t0 = time.perf_counter()
@@ -763,6 +781,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _families() -> str:
+    """The family names for ``reproduce --help``, or the extra that brings them (the core lacks it)."""
+    try:
+        from .experiments import FAMILY_REGISTRY
+    except MissingDependencyError:
+        return "listed once `attnsvm[all]` is installed"
+    return ", ".join(sorted(FAMILY_REGISTRY))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``attnsvm`` command."""
     p = _Parser(prog="attnsvm", description="attnsvm: attention as a max-margin token selector — checked.")
@@ -786,12 +813,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs", type=int, default=1, help="families run in this many worker processes (default 1)"
     )
     r.add_argument("--device", default="cpu", help="cpu or cuda, for the batched GD engine (default cpu)")
-    from .experiments import FAMILY_REGISTRY
-
     r.add_argument(
-        "--only",
-        default=None,
-        help="comma-separated families to run (default: all): " + ", ".join(sorted(FAMILY_REGISTRY)),
+        "--only", default=None, help="comma-separated families to run (default: all): " + _families()
     )
     r.add_argument("--quiet", action="store_true", help="no progress bars or summary table")
     r.add_argument(

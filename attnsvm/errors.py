@@ -15,6 +15,7 @@ __all__ = [
     "InfeasibleSVMError",
     "SolverError",
     "NumericalError",
+    "MissingDependencyError",
 ]
 
 
@@ -44,6 +45,17 @@ class SolverError(AttnSVMError):
 
 class NumericalError(AttnSVMError):
     """A quantity is not representable in float64 (overflow, 0/0) and was not returned."""
+
+
+class MissingDependencyError(AttnSVMError, ImportError):
+    """A feature needs an optional package that is not installed; the message names the extra.
+
+    Also an ``ImportError``, so ``except ImportError`` (the usual probe for optional packages) catches it.
+    """
+
+    def __init__(self, message: str, *, name: str) -> None:
+        AttnSVMError.__init__(self, message)
+        self.name = name
 
 
 def unknown_name(what: str, given: object, valid: "tuple[str, ...] | list[str]") -> UnknownNameError:

@@ -22,6 +22,10 @@ Oymak, arXiv 2308.16898; Kim, Papamakarios, Mnih, ICML 2021.
 
 from __future__ import annotations
 
+from ._deps import require
+
+require("mpmath", feature="attnsvm.experiments (the reproduce families)")  # pragma: no mutate
+
 import importlib
 import math
 import time

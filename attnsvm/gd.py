@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._deps import require
 from .attention import logits_of
 from .errors import AttnSVMError, InvalidInstanceError, NumericalError
 from .grad import (
@@ -1558,6 +1559,7 @@ def run_gd_batch(
     (measured ≤ 1e-13) at every scale where float64 determines the direction (the rounding of the
     values and logits moves it by less than 1e-11), and refuses where :func:`run_gd` does.
     """
+    require("torch", feature="run_gd_batch (the batched torch engine)")  # pragma: no mutate
     import torch
 
     steps = check_steps(steps)

@@ -31,6 +31,10 @@ ICML 2020 (``φ = elu + 1``).
 
 from __future__ import annotations
 
+from ._deps import require
+
+require("sympy", feature="attnsvm.identities (the SymPy proofs)")  # pragma: no mutate
+
 import importlib
 import time
 from collections.abc import Callable, Sequence

@@ -60,6 +60,7 @@ from numpy.typing import ArrayLike, NDArray
 if TYPE_CHECKING:  # torch is imported where it is used: `import attnsvm` stays light (~1 s less)
     import torch
 
+from ._deps import require
 from .attention import KINDS
 from .errors import AttnSVMError, NumericalError, unknown_name
 from .instance import Instance
@@ -716,6 +717,7 @@ def lipschitz_estimate(
         point is (the data so large that the point underflows), or the largest Jacobian found is
         below its float64 rounding level (every sequence's tokens nearly coincide).
     """
+    require("torch", feature="lipschitz_estimate")  # pragma: no mutate
     import torch
 
     _check_common(kind, of, wrt)
@@ -1056,6 +1058,7 @@ def _jacobian_pair(inst: Instance, kind: str, of: str, W: FloatArray, wshift: in
     Raises NumericalError when ``Ŵ_i`` or the Jacobian is not finite (logits beyond float64), or when
     the norm is at or below the combined rounding floor ``(Σ_i (floor_i·2^k_i)²)^½`` (``_jacobian_floors``).
     """
+    require("torch", feature="the attained Jacobian (jacobian_norm, lipschitz_estimate)")  # pragma: no mutate
     import torch
 
     n, T, d = inst.shape

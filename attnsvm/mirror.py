@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._deps import require
 from .attention import logits_of
 from .errors import AttnSVMError, InfeasibleSVMError, NumericalError, SolverError
 from .gd import check_lr, check_steps, record_steps
@@ -334,6 +335,7 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
       InfeasibleSVMError: the constraints cannot be met (Clarabel reports infeasibility).
       SolverError: any other non-optimal status.
     """
+    require("cvxpy", feature="solve_lp_svm")  # pragma: no mutate
     import cvxpy as cp
 
     p = check_p_norm(p_norm)

@@ -24,6 +24,10 @@ arXiv 2308.16898 (multi-token heads).
 
 from __future__ import annotations
 
+from ._deps import require
+
+require("hypothesis", feature="attnsvm.peer_strategies (the Hypothesis strategies)")  # pragma: no mutate
+
 from typing import Any
 
 import numpy as np

@@ -88,6 +88,10 @@ OOPSLA 2014 (SplitMix64); Weyl (1916), equidistribution of ``k·φ mod 1`` (:fun
 
 from __future__ import annotations
 
+from ._deps import require
+
+require("hypothesis", feature="attnsvm.strategies (the Hypothesis strategies)")  # pragma: no mutate
+
 import math
 from typing import Any, NamedTuple
 

@@ -59,6 +59,7 @@ import scipy.optimize
 from numpy.typing import ArrayLike, NDArray
 
 from . import scaling
+from ._deps import require
 from .errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, SolverError, unknown_name
 from .instance import TIE_RTOL, Instance, as_real_array
 from .tensor import SVMConstraints
@@ -1004,6 +1005,7 @@ def _cvxpy_fro(u: _UnitSVM, d: int, method: str) -> tuple[FloatArray | None, str
     Solves ``min ||W|| s.t. Δ̂_rᵀ W ẑ_r ≥ β_r`` (the exact reformulation of :class:`_UnitSVM`); the caller
     multiplies by ``2^G``.
     """
+    require("cvxpy", feature="solve_svm(method='primal' | 'vector')")  # pragma: no mutate
     import cvxpy as cp
 
     c = u.c
@@ -1232,6 +1234,7 @@ def _solve_fro(inst: Instance, u: _UnitSVM, method: str) -> SVMSolution:
 
 
 def _solve_nuc(inst: Instance, u: _UnitSVM) -> SVMSolution:
+    require("cvxpy", feature="solve_svm(norm='nuc')")  # pragma: no mutate
     import cvxpy as cp
 
     t0 = time.perf_counter()

@@ -21,6 +21,10 @@ Higham, Higham, IMA J. Numer. Anal. 41 (2021) (softmax rounding).
 
 from __future__ import annotations
 
+from .._deps import require
+
+require("mpmath", feature="the autograd-saturation family")  # pragma: no mutate
+
 import math
 from typing import Any
 
