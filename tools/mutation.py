@@ -131,6 +131,9 @@ TESTS: dict[str, list[str]] = {
     "strategies": ["tests/test_strategies.py", "tests/test_strategies_scale.py"],
 }
 
+#: The file of each module key (the keys of :data:`TESTS` name the results, ``docs/mutation/KEY.json``).
+PATHS: dict[str, str] = {m: f"attnsvm/{m}.py" for m in TESTS}
+
 #: mutmut's exit-code meanings (mutmut.stats.status_by_exit_code, 3.8.1), the ones that occur.
 KILLED = {1, 3}
 SURVIVED = {0}
@@ -177,7 +180,7 @@ def _configure(dest: Path, module: str, tests: list[str]) -> None:
     text += (
         "\n[tool.mutmut]\n"
         'source_paths = ["attnsvm"]\n'
-        f'only_mutate = ["attnsvm/{module}.py"]\n'
+        f'only_mutate = ["{PATHS[module]}"]\n'
         f'also_copy = ["conftest.py", "properties/", "tests/", "symbolic/"]\n'
         'pytest_add_cli_args = ["-p", "no:xdist", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--tb=line"]\n'
         f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
@@ -231,7 +234,7 @@ def _source_hash(module: str, root: Path = ROOT) -> str:
     """Hash of the module's code as mutmut sees it (:func:`_normalized_tree`): a documentation edit,
     a dependency guard or a moved internal import keeps a run's mutant names (and ``--survivors``)
     valid, while any other code change does not."""
-    tree = _normalized_tree((root / "attnsvm" / f"{module}.py").read_text())
+    tree = _normalized_tree((root / PATHS[module]).read_text())
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
@@ -284,7 +287,7 @@ def function_hashes(module: str, root: Path = ROOT) -> dict[str, str]:
     """``{"f": sha, "Class.method": sha}`` of the module's top-level functions and methods (normalized
     as in :func:`_normalized_tree`): mutmut numbers a function's mutants from its code, so an equivalent row stays meaningful
     exactly while its function's hash is unchanged."""
-    tree = _normalized_tree((root / "attnsvm" / f"{module}.py").read_text())
+    tree = _normalized_tree((root / PATHS[module]).read_text())
     out: dict[str, str] = {}
     for node in tree.body:  # type: ignore[attr-defined]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -299,8 +302,9 @@ def function_hashes(module: str, root: Path = ROOT) -> dict[str, str]:
 
 def mutant_function(name: str) -> str:
     """The function a mutant belongs to: ``attnsvm.gd.x_run_gd__mutmut_3`` → ``run_gd``,
-    ``attnsvm.gd.xǁ_TorchBatchǁrisk__mutmut_2`` → ``_TorchBatch.risk``."""
-    local = name.split(".", 2)[2].rsplit("__mutmut_", 1)[0]
+    ``attnsvm.gd.xǁ_TorchBatchǁrisk__mutmut_2`` → ``_TorchBatch.risk`` (the module path before the last
+    dot does not matter: mutant-local names hold no dots)."""
+    local = name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
     if local.startswith("xǁ"):
         cls, meth = local[2:].split("ǁ", 1)
         return f"{cls}.{meth}"
@@ -315,7 +319,7 @@ def _previous(module: str) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(path.read_text())
     if doc.get("source_sha256") != _source_hash(module):
         raise SystemExit(
-            f"{module}: attnsvm/{module}.py changed since the last run, so mutant names may mean other "
+            f"{module}: {PATHS[module]} changed since the last run, so mutant names may mean other "
             "mutations; run the whole sample again (without --survivors)"
         )
     return doc
@@ -388,7 +392,7 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
     ratio = len(killed) / denom if denom else None
     lo, hi = clopper_pearson(len(killed), denom)
     doc: dict[str, Any] = {
-        "module": f"attnsvm/{module}.py",
+        "module": PATHS[module],
         # of the copy that was mutated (the checkout may have changed during the run)
         "source_sha256": _source_hash(module, dest),
         "mutants_total": len(names),
