@@ -266,20 +266,32 @@ def _is_dependency_guard(stmt: ast.stmt) -> bool:
     )
 
 
+def _is_internal_import(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.ImportFrom) and (
+        stmt.level > 0 or (stmt.module or "").split(".")[0] == "attnsvm"
+    )
+
+
 def _normalized_tree(source: str) -> ast.AST:
     """The syntax tree without what mutmut's mutants do not depend on: docstrings, dependency guards
-    (:func:`_is_dependency_guard`) and the module paths of the package's own imports (a relative
-    ``from .grad import x`` and ``from ..model._grad import x`` both become ``from <attnsvm> import x``:
-    the names imported stay, where they live does not), so that moving a module keeps its results."""
+    (:func:`_is_dependency_guard`), and where the package's own imports come from and in which order:
+    in each body, the imports from ``attnsvm`` (relative or absolute) become one sorted list of the
+    names they bind (``from .grad import x`` and ``from ..model._grad import x`` both bind ``x``), so
+    that moving a module, or sorting its imports, keeps its results."""
     tree = _strip_docstrings(ast.parse(source))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and any(isinstance(s, ast.stmt) and _is_dependency_guard(s) for s in body):
-            node.body = [s for s in body if not _is_dependency_guard(s)] or [ast.Pass()]  # type: ignore[attr-defined]
-        if isinstance(node, ast.ImportFrom) and (
-            node.level > 0 or (node.module or "").split(".")[0] == "attnsvm"
-        ):
-            node.module, node.level = "<attnsvm>", 0
+        if not isinstance(body, list) or not any(isinstance(s, ast.stmt) for s in body):
+            continue
+        kept = [s for s in body if not _is_dependency_guard(s)]
+        internal = [s for s in kept if _is_internal_import(s)]
+        if internal:
+            bound = sorted({(a.name, a.asname or "") for s in internal for a in s.names})  # type: ignore[attr-defined]
+            merged = ast.ImportFrom(
+                module="<attnsvm>", names=[ast.alias(name=n, asname=a or None) for n, a in bound], level=0
+            )
+            kept = [merged] + [s for s in kept if not _is_internal_import(s)]
+        node.body = kept or [ast.Pass()]  # type: ignore[attr-defined]
     return tree
 
 
