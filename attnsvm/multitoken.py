@@ -12,11 +12,13 @@ than one token. The prediction of the theory for the GD iterate is ``W_fin + R·
                                   (x_it − x_iτ)ᵀ W z_i ≥ 1   (t ∈ O_i, τ ∉ O_i);
     W_fin = argmin ||W||_F  s.t.  (x_it₂ − x_it₁)ᵀ W z_i = log(s_it₂ / s_it₁)   (t₁, t₂ ∈ O_i),
 
-with ``R`` fitted to the iterate (least squares), compared with the single-token ``W_mm(α)``,
-``α_i = argmax_t s_it``. Equalities are imposed against one reference token ``t₁ = min O_i``
-(the other pairs follow), and the inequalities only from ``t₁`` (equal logits inside ``O_i``
-make the others identical), so the rows handed to the certified min-norm solver are not
-needlessly dependent.
+with ``s_i = softmax(X_i W_gd z_i)`` and ``R`` fitted to the iterate (least squares), compared with
+the single-token ``W_mm(α)``, ``α_i = argmax_t s_it``. The normaliser cancels in the log-ratios,
+``log(s_it₂ / s_it₁) = (x_it₂ − x_it₁)ᵀ W_gd z_i``, so ``W_fin`` is the orthogonal projection of
+``W_gd`` onto the span of the equality rows. Equalities are imposed against one reference token
+``t₁ = min O_i`` (the other pairs follow), and the inequalities only from ``t₁`` (equal logits
+inside ``O_i`` make the others identical), so the rows handed to the certified min-norm solver
+are not needlessly dependent.
 
 Gradient. ReLU is positively homogeneous: with the mask ``m_i = 1[Vᵀ X_iᵀ s_i > 0]`` (``ReLU'(0)
 = 0``), ``out_i = Σ_t s_it a_it`` with per-sequence token values ``a_it = x_itᵀ V m_i``, and
@@ -28,7 +30,10 @@ unchanged on augmented data: ``x'_it = (x_it, a_it)``, ``z'_i = (z_i, 0)``, ``v'
 
 Scale: logits, values, outputs, the gradient (core gradient on augmented, rescaled data) and the
 min-norm rows of the prediction are formed from power-of-two mantissas of ``X``, ``z``, ``V`` and
-``W``; answers are put back exactly or refused by name when they are not normal doubles.
+``W``; answers are put back exactly or refused by name when they are not normal doubles. The
+right-hand sides of ``W_fin`` are those logit differences formed directly on the mantissas (never a
+difference of log-softmax values, which cancels at small gaps), and a min-norm solution the
+certified solver cannot certify is refused (:class:`~attnsvm.errors.SolverError`), never returned.
 
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (nonlinear heads,
 multi-token SVM equivalence); Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
@@ -45,7 +50,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .attention import logits_of
-from .errors import AttnSVMError, InvalidInstanceError, NumericalError
+from .errors import AttnSVMError, InvalidInstanceError, NumericalError, SolverError
 from .gd import direction_corr
 from .grad import GradDirection
 from .instance import Instance, as_real_array
@@ -60,6 +65,7 @@ from .prompt import (
     mantissa,
     norm2,
     put_back,
+    put_back_scalar,
     record_steps,
     risk_value,
     scaled_core,
@@ -67,7 +73,7 @@ from .prompt import (
     solve_min_norm_or_raise,
 )
 from .scaling import pow2_exponent, range_error
-from .svm import KKTResiduals, solve_svm
+from .svm import CERTIFY_RTOL, KKTResiduals, MinNormSolution, solve_svm
 
 __all__ = [
     "SELECT_THRESHOLD",
@@ -409,20 +415,40 @@ def _rel(A: FloatArray, B: FloatArray) -> float:
     return float(np.linalg.norm(np.ldexp(A - B, -e))) / float(np.linalg.norm(np.ldexp(A, -e)))
 
 
+def _certified(sol: MinNormSolution, what: str) -> MinNormSolution:
+    """``sol`` when the certified solver certified it; otherwise :class:`SolverError` naming the problem.
+
+    An uncertified least-norm point (``error_bound = cond(K_S)·eps`` or a relative KKT residual above
+    :data:`attnsvm.svm.CERTIFY_RTOL`) may be wrong in every digit, so it is never returned.
+    """
+    if not sol.certified:
+        raise SolverError(
+            f"the {what} could not be certified: its error bound cond(K_S)·eps is {sol.error_bound:.2g} and "
+            f"its largest relative KKT residual {sol.kkt.max():.2g} (both must be ≤ {CERTIFY_RTOL:g}). Its "
+            "constraint rows z_i ⊗ (x_it − x_iτ) are too close to linearly dependent for float64 (nearly "
+            "parallel token differences); merge near-duplicate tokens or rescale the features."
+        )
+    return sol
+
+
 def predict_multitoken(
     inst: Instance, W_gd: ArrayLike, threshold: float = SELECT_THRESHOLD
 ) -> MultiTokenPrediction:
     """Build ``W_dir`` and ``W_fin`` from the selected sets of ``W_gd`` and compare ``W_fin + R·W_dir`` with it.
 
-    Both are min-norm problems with equality constraints, solved exactly by the certified solver
-    (rows ``z_i ⊗ (x_it − x_iτ)``, so ``vec(W) = rowsᵀλ``). The log-ratios of ``W_fin`` come
-    from the log-softmax of ``W_gd`` (exact however small the weights). The single-token
-    baseline is :func:`attnsvm.svm.solve_svm` at ``α = argmax_t s_it``.
+    Both are min-norm problems with equality constraints, solved by the certified solver (rows
+    ``a_r = z_i ⊗ (x_it − x_iτ)``, ``vec(W) = Σ_r λ_r a_r``); an uncertified solution is refused
+    (:class:`SolverError`), never returned. The log-ratios of ``W_fin`` are the logit differences
+    ``log(s_it/s_it₁) = (x_it − x_it₁)ᵀ W_gd z_i``, formed as ``a_rᵀ vec(W_gd)`` (never as a difference
+    of log-softmax values, which cancels), so ``W_fin`` is the orthogonal projection of ``W_gd`` onto
+    ``span{a_r}``: linear in ``W_gd`` at any size (``W_fin(c·W_gd) = c·W_fin(W_gd)``). The
+    single-token baseline is :func:`attnsvm.svm.solve_svm` at ``α = argmax_t s_it``.
 
-    Scale: any finite data (rows from power-of-two mantissas: ``X → cX``, ``z → cz``,
-    ``W_gd → W_gd/c²`` gives ``W_dir/c²``, ``W_fin/c²``, the same ``R`` and errors); raises
-    :class:`NumericalError` when ``max|W_gd|·max|x|·max|z|`` overflows or a returned matrix's
-    largest entry is not a normal double.
+    Scale: any finite data (rows and ``W_gd`` as power-of-two mantissas; at fixed sets, ``X → 2^a X``,
+    ``z → 2^b z``, ``W_gd → 2^c W_gd`` gives ``W_dir·2^−(a+b)``, ``W_fin·2^c``, ``R·2^(a+b+c)``, the same
+    errors); ``W_fin`` to ``≲ (κ + √m·d²·√κ)·eps·||W_gd||_F``, ``W_dir`` to ``κ·eps`` relative, ``κ = cond(K_S)``
+    (certified: ``κ·eps ≤ 1e-9``, else :class:`SolverError`); raises :class:`NumericalError` when a returned
+    matrix's largest entry or a nonzero ``R`` is not a normal double.
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (``W^fin``, ``W^dir``).
 
@@ -433,73 +459,82 @@ def predict_multitoken(
 
     Returns:
       :class:`MultiTokenPrediction`.
+
+    Raises:
+      InfeasibleSVMError: the direction SVM's constraints cannot all hold (Farkas certificate).
+      SolverError: a min-norm solution could not be certified (nearly dependent rows).
+      NumericalError: a returned matrix or ``R`` is outside float64's normal range.
     """
     Wg = inst.check_weights(W_gd, "W_gd")
     if not np.any(Wg != 0):
         raise AttnSVMError("W_gd is the zero matrix; there is nothing to predict (run GD first)")
     sets = selected_sets(inst, Wg, threshold)
     md = mt_data(inst.X, inst.z, np.ones((1, 1)))
-    log_s = mt_log_attention(md, Wg)
     d = inst.d
-    # Scale: the rows are 2^−E·(z_i ⊗ Δx), E = ex + ez, so every min-norm solution below is
-    # 2^E times the true one (W_dir = 2^−E·W_dir', W_fin = 2^−E·W_fin'), and R, the errors and the
-    # correlations are computed against G = 2^E·W_gd (the logit-level iterate): all invariant.
+    # Scale: the rows are 2^−E·a_r (E = ex + ez, from mantissas) and W_gd = 2^ew·Ws (max|Ws| ∈ [½, 1)).
+    # The direction SVM on the scaled rows has solution wd = 2^E·W_dir; the finite part's right-hand
+    # sides b_r = a_rᵀvec(W_gd) become 2^−(E+ew)·b_r = rowsᵀvec(Ws), so its solution is wf = 2^−ew·W_fin
+    # (the row scale cancels). Nothing of the logits' size 2^(E+ew) is ever formed.
     E = md.ex + md.ez
+    Ws, ew = mantissa(Wg)
     eq_trip: list[tuple[int, int, int]] = []
     ineq_trip: list[tuple[int, int, int]] = []
-    fin_b: list[float] = []
     for i, O in enumerate(sets):
         t1 = int(O[0])
-        for t in O[1:]:
-            eq_trip.append((i, int(t), t1))
-            fin_b.append(float(log_s[i, t] - log_s[i, t1]))
-        for tau in np.setdiff1d(np.arange(inst.T), O):
-            ineq_trip.append((i, t1, int(tau)))
+        eq_trip.extend((i, int(t), t1) for t in O[1:])
+        ineq_trip.extend((i, t1, int(tau)) for tau in np.setdiff1d(np.arange(inst.T), O))
     rows_eq, pairs_eq = _rows(md, eq_trip)
     rows_in, pairs_in = _rows(md, ineq_trip)
-    Wd = np.zeros((d, d))
+    wd = np.zeros((d, d))
     kkt_dir = None
     if ineq_trip:
         rows = np.concatenate([rows_eq, rows_in])
         b = np.concatenate([np.zeros(len(rows_eq)), np.ones(len(rows_in))])
         eq = np.concatenate([np.ones(len(rows_eq), dtype=bool), np.zeros(len(rows_in), dtype=bool)])
-        sol = solve_min_norm_or_raise(
-            rows, b, eq, np.concatenate([pairs_eq, pairs_in]), "direction SVM W_dir"
+        what = "direction SVM W_dir"
+        sol = _certified(
+            solve_min_norm_or_raise(rows, b, eq, np.concatenate([pairs_eq, pairs_in]), what), what
         )
-        Wd = (rows.T @ sol.multipliers).reshape((d, d), order="F")
+        wd = sol.coords.reshape((d, d), order="F")  # the primal point itself (factor = rows: w = coords)
         kkt_dir = sol.kkt
-    Wf = np.zeros((d, d))
+    wf = np.zeros((d, d))
     kkt_fin = None
     if eq_trip:
-        bf = np.array(fin_b)
-        solf = solve_min_norm_or_raise(
-            rows_eq, bf, np.ones(len(bf), dtype=bool), pairs_eq, "finite part W_fin"
+        # log(s_it/s_it₁) = (x_it − x_it₁)ᵀ W_gd z_i exactly (the softmax normaliser cancels). Stable form:
+        # the right-hand sides are these logit differences formed directly, rowsᵀvec(Ws) on O(1) mantissas
+        # (error ≤ d²·eps·||row||·||Ws||), not log s_it − log s_it₁, whose relative error eps/|gap| made
+        # W_fin wrong at small gaps (0 below ~1e-17) and the system falsely infeasible.
+        bf = rows_eq @ Ws.reshape(-1, order="F")
+        what = "finite part W_fin"
+        solf = _certified(
+            solve_min_norm_or_raise(rows_eq, bf, np.ones(len(bf), dtype=bool), pairs_eq, what), what
         )
-        Wf = (rows_eq.T @ solf.multipliers).reshape((d, d), order="F")
+        wf = solf.coords.reshape((d, d), order="F")
         kkt_fin = solf.kkt
-    with np.errstate(over="ignore"):
-        G = np.ldexp(Wg, E)
-    if not np.all(np.isfinite(G)):
-        raise range_error("the logit-level iterate 2^E·W_gd", math.log(float(np.max(np.abs(Wg)))) + E * _LN2)
-    nd = float(np.sum(Wd * Wd))
-    R = float(np.sum((G - Wf) * Wd)) / nd if nd > 0 else 0.0
-    Pm = Wf + R * Wd  # 2^E · prediction
-    W_dir = put_back(Wd, -E, "the direction SVM solution W_dir")
-    W_fin = put_back(Wf, -E, "the finite part W_fin")
-    pred = put_back(Pm, -E, "the prediction W_fin + R·W_dir")
-    alpha = np.argmax(log_s, axis=1)
+    # R = ⟨W_gd − W_fin, W_dir⟩/||W_dir||² with W_dir = 2^(k−E)·wm (wm the mantissa of wd): R = 2^(ew+E−k)·r,
+    # r = ⟨Ws − wf, wm⟩/||wm||², and R·W_dir = 2^ew·r·wm, so the prediction is 2^ew·(wf + r·wm) (no
+    # logit-level quantity is formed; only R itself carries the logits' scale).
+    wm, k = mantissa(wd)
+    nd = float(np.sum(wm * wm))
+    r = float(np.sum((Ws - wf) * wm)) / nd if nd > 0 else 0.0
+    Pm = wf + r * wm  # 2^−ew · prediction
+    W_dir = put_back(wd, -E, "the direction SVM solution W_dir")
+    W_fin = put_back(wf, ew, "the finite part W_fin")
+    R = put_back_scalar(r, ew + E - k, "the fitted scale R of the prediction W_fin + R·W_dir")
+    pred = put_back(Pm, ew, "the prediction W_fin + R·W_dir")
+    alpha = np.argmax(mt_log_attention(md, Wg), axis=1)
     W_mm: FloatArray | None
     try:
-        Xs, zs = md.Xs, md.zs
         vs, _ = mantissa(inst.v)
-        Wm = solve_svm(Instance(Xs, inst.Y, vs, zs), alpha=alpha).W  # = 2^E·W_mm
+        Wm = solve_svm(Instance(md.Xs, inst.Y, vs, md.zs), alpha=alpha).W  # = 2^E·W_mm
     except AttnSVMError:
         Wm = None
     W_mm = None if Wm is None else put_back(Wm, -E, "the single-token Att-SVM solution W_mm")
     if Wm is not None:
-        Rs = float(np.sum(G * Wm)) / float(np.sum(Wm * Wm))
-        s_err = _rel(G, Rs * Wm)
-        s_corr = direction_corr(G, Wm)
+        Mm, _ = mantissa(Wm)  # the best-scale fit and the correlation are invariant under scaling either side
+        Rs = float(np.sum(Ws * Mm)) / float(np.sum(Mm * Mm))
+        s_err = _rel(Ws, Rs * Mm)
+        s_corr = direction_corr(Ws, Mm)
     else:
         s_err = s_corr = math.nan
     return MultiTokenPrediction(
@@ -508,8 +543,8 @@ def predict_multitoken(
         W_fin=W_fin,
         R=R,
         prediction=pred,
-        rel_error=_rel(G, Pm),
-        corr=direction_corr(G, Pm) if np.any(Pm != 0) else math.nan,
+        rel_error=_rel(Ws, Pm),
+        corr=direction_corr(Ws, Pm) if np.any(Pm != 0) else math.nan,
         W_mm=W_mm,
         single_rel_error=s_err,
         single_corr=s_corr,

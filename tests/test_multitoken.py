@@ -310,18 +310,25 @@ def test_record_refuses_an_unrepresentable_norm_by_name():
     )
 
 
-def test_logit_level_iterate_overflow_is_refused_by_name():
-    """Oracle: hand-computed size. With max|x| = max|z| = 0.75·2^40 (mantissa exponents 40 each, E = 80)
-    and max|W_gd| = 3e300, the logit-level iterate 2^80·W_gd reaches 3e300·2^80 ≈ 10^324.56: refused."""
+def test_fitted_scale_overflow_is_refused_by_name():
+    """Was: a refusal of the "logit-level iterate 2^E·W_gd", formed although no answer needs it. Now only
+    an answer out of range is refused: here R, which carries the logits' scale.
+
+    Oracle: scale equivariance (R(2^a X, 2^a z, W_gd) = 2^2a·R(X, z, W_gd); W_dir, W_fin and the prediction
+    move by 2^−2a, 1, 1). At max|x| = max|z| = 0.75 (a = 0) every field is representable and R ≈ 6.05e299;
+    at 0.75·2^40 (a = 40) R is 2^80 times larger, ≈ 10^323.86: refused, naming R."""
     base = A.random_instance(2, 3, 2, seed=3)
-    X = base.X / np.max(np.abs(base.X)) * (0.75 * 2.0**40)
-    z = base.z / np.max(np.abs(base.z)) * (0.75 * 2.0**40)
-    inst = A.Instance(X, base.Y, base.v, z)
+    X = base.X / np.max(np.abs(base.X)) * 0.75
+    z = base.z / np.max(np.abs(base.z)) * 0.75
     G = 1e300 * np.array([[1.0, -2.0], [0.5, 3.0]])
+    R0 = MT.predict_multitoken(A.Instance(X, base.Y, base.v, z), G).R
+    log10_R = np.log10(R0) + 80 * np.log10(2.0)  # R at a = 40, by equivariance
+    assert log10_R > np.log10(np.finfo(np.float64).max)
     with pytest.raises(NumericalError) as exc:
-        MT.predict_multitoken(inst, G)
+        MT.predict_multitoken(A.Instance(X * 2.0**40, base.Y, base.v, z * 2.0**40), G)
     assert str(exc.value) == (
-        "the logit-level iterate 2^E·W_gd is about 1e+325: it overflows float64's normal range [2.2e-308, 1.8e308]"
+        f"the fitted scale R of the prediction W_fin + R·W_dir is about 1e+{log10_R:.0f}: "
+        "it overflows float64's normal range [2.2e-308, 1.8e308]"
     )
 
 
