@@ -25,15 +25,28 @@ than ``K_SS`` of a working set ``S``:
    violated by it, so the restricted optimum ``½||Ŵ_S||²`` grows strictly: no working set repeats and
    the loop ends (Dantzig–Wolfe / cutting-plane argument).
 4. Certify as :func:`~attnsvm.solve_svm` does: KKT residuals over all ``m`` rows (:func:`attnsvm.svm._kkt`),
-   the support (:func:`attnsvm.svm._classify`), ``error_bound = cond(K_FF)·eps`` and the same
-   ``certified`` rule. ``cond(K_FF)`` is the exact eigenvalue ratio for ``|F| ≤`` :data:`EXACT_COND_MAX`,
-   above it a Lanczos (ARPACK) estimate of both ends, each inflated by its residual norm.
+   the support (:func:`attnsvm.svm._classify`), ``error_bound`` and the same ``certified`` rule.
+   ``error_bound = cond(K_FF)·eps`` (the exact eigenvalue ratio for ``|F| ≤`` :data:`EXACT_COND_MAX`, above
+   it a Lanczos (ARPACK) estimate of both ends, each inflated by its residual norm), plus what the loop's
+   two tolerances can leave (:func:`_error_bound`): multipliers held at ``λ_r < 0`` (within
+   ``MULTIPLIER_RTOL``) add ``||λ_N||₁/||Ŵ||``; rows outside ``F`` whose slack is negative (within the slack
+   tolerance, a violation ``≤ 1e-12`` may be genuine) or within a slack's rounding ``ν_r`` of 0 add the norm
+   of the least-norm correction that meets them with ``F`` kept, relative to ``||Ŵ||`` (large when such a row
+   is nearly parallel to rows of ``F``), and, when not certified, join the exact core's start. So
+   ``error_bound`` bounds the relative error of the returned ``W`` (to first order) whenever it is
+   certified, not only the error of the solve on ``F``; generically (no such rows) it is ``cond(K_FF)·eps``.
+
+Ties: rows equally violated (equal ``β_r`` in ``S₀``, equal scaled slack when rows join) are taken in row
+order (sequence, then token: the order of ``svm_rows``), by stable sorts; so on a degenerate vertex the
+multiplier lands on the first of the tied rows, deterministically.
 
 When a Cholesky factor fails (``K_FF`` singular or worse than :data:`FAST_COND_MAX`: ties, ``d² <`` support,
 contradictory rows), the restricted norm exceeds ``INFEASIBLE_NORM``, pivoting does not settle, or the
 result is not certified, the same working-set loop is rerun with each restricted problem solved by the
 dense exact core of :mod:`attnsvm.svm` (``_core`` on ``_svm_factor`` of ``S``: rank-revealing SVD solves,
-Lawson–Hanson NNLS, Farkas certificates of infeasibility), warm-started from the support found so far.
+Lawson–Hanson NNLS, Farkas certificates of infeasibility), warm-started from the support found so far. A
+restricted solution beyond ``INFEASIBLE_NORM`` (in units of ``max β_S``) is redone without the warm start,
+so that the NNLS decides infeasibility exactly as the dense solver does.
 
 Cost: time ``O(|F|³/3)`` for the factor (built once in blocks) plus ``O(n·d² + m·d)`` per pivoting step;
 memory ``O(m·d + |S|²)``. Measured figures: ``attnsvm bench --only svm`` (scale rows).
@@ -76,6 +89,7 @@ from .svm import (
     _back_to_data_scale,
     _check_trivially_infeasible,
     _classify,
+    _Core,
     _core,
     _fro_margins,
     _kkt,
@@ -86,6 +100,7 @@ from .svm import (
     _ro_own,
     _round_tol,
     _svm_factor,
+    _SVMFactor,
     _unit_svm,
     _UnitSVM,
     _weighted_sum,
@@ -333,18 +348,32 @@ def _exact_restricted(u: _UnitSVM, rows: _Rows, S: IntArray, hint: IntArray) -> 
     cS = SVMConstraints(c.deltas[S], c.queries[S], c.pairs[S], c.alpha)
     fac = _svm_factor(u.zhat, cS)
     hint_local = np.flatnonzero(np.isin(S, hint)).astype(np.intp)
+    bS, eqS = u.beta[S], np.zeros(S.size, dtype=bool)
     try:
-        core = _core(fac.L, u.beta[S], np.zeros(S.size, dtype=bool), hint_local)
+        core = _core(fac.L, bS, eqS, hint_local)
+        W = _core_W(u, fac, cS, core)
+        # The warm-started active set (svm._refine) accepts any feasible point, however large; the dense
+        # core reaches it only after the NNLS, which declares "infeasible" beyond INFEASIBLE_NORM (in units
+        # of the largest right-hand side, svm._ldp_nnls). Beyond that norm the NNLS decides here too, so
+        # the working set raises InfeasibleSVMError exactly where solve_svm(method="dual") does.
+        if not np.linalg.norm(W) <= INFEASIBLE_NORM * float(np.max(bS)):
+            core = _core(fac.L, bS, eqS, None)
+            W = _core_W(u, fac, cS, core)
     except InfeasibleMinNormError as err:
         # a Farkas certificate of rows of S is one of the whole problem (the same rows, the same W)
         _raise_infeasible(cS, err, u.G)
         raise  # unreachable
-    W = fac.to_W(core.u)
-    if W is None:  # eigendecomposition factor: W from the multipliers (as svm._solve_fro_unit)
-        W = _weighted_sum(u.zhat, cS, np.maximum(core.lam, 0.0))
     if not np.all(np.isfinite(W)):
         raise SolverError("the Att-SVM solution is not finite; the instance is too badly conditioned")
     return _State(S, core.lam, W, rows.margins(W), float(core.error_bound), core.iterations)
+
+
+def _core_W(u: _UnitSVM, fac: _SVMFactor, cS: SVMConstraints, core: _Core) -> FloatArray:
+    """``Ŵ`` of an exact-core solution on the rows ``cS``: from its primal coordinates, or its multipliers."""
+    W = fac.to_W(core.u)
+    if W is None:  # eigendecomposition factor: W from the multipliers (as svm._solve_fro_unit)
+        W = _weighted_sum(u.zhat, cS, np.maximum(core.lam, 0.0))
+    return np.asarray(W, dtype=np.float64)
 
 
 # ======================================================================= condition
@@ -383,6 +412,40 @@ def _cond_KFF(rows: _Rows, chol: _GramCholesky) -> float:
     return top(kmul) * top(kinv)
 
 
+def _correction_norm(
+    rows: _Rows, E: IntArray, V: IntArray, sV: FloatArray, chol: _GramCholesky | None
+) -> float:
+    """``||Δ||`` of the least-norm ``Δ`` with ``â_rᵀΔ = 0`` on ``E`` and ``â_rᵀΔ = δ_r`` (``sV``) on ``V``: ``√(δᵀK_TT⁺δ)``.
+
+    ``T = E ∪ V``, ``δ = (0_E, s_V)``; singular values of the rows below their numerical rank count as 0: a row of
+    ``V`` that repeats rows of ``E`` (ties) adds its own slack, not ``1/0``. By an SVD of the compressed rows
+    (:func:`attnsvm.svm._svm_factor`) up to :data:`EXACT_COND_MAX` rows; above, by the Schur complement
+    ``K_VV − K_VE K_EE⁻¹ K_EV`` on a Cholesky factor of ``K_EE`` (``δᵀK_TT⁻¹δ = s_Vᵀ(Schur)⁻¹s_V``), ``inf`` when
+    ``K_EE`` has no factor.
+    """
+    T = np.concatenate([E, V]).astype(np.intp)
+    if T.size <= EXACT_COND_MAX:
+        # on the rows themselves (the exact compressed factor L_T, L_T L_Tᵀ = K_TT), not on K_TT: a nearly
+        # parallel row has σ_min(L_T) ≈ its angle, resolved down to eps, where K_TT's λ_min = σ_min² drowns in
+        # K's rounding below √eps
+        c = rows.u.c
+        L = _svm_factor(rows.u.zhat, SVMConstraints(c.deltas[T], c.queries[T], c.pairs[T], c.alpha)).L
+        U, sv, _ = np.linalg.svd(L, full_matrices=False)
+        kept = sv > max(L.shape) * EPS * sv[0]  # numerical rank, as svm._tight_solve
+        delta = np.concatenate([np.zeros(E.size), sV])
+        return math.sqrt(float(np.sum((U[:, kept].T @ delta) ** 2 / sv[kept] ** 2)))
+    if chol is None or not np.array_equal(np.sort(chol.F), np.sort(E)):
+        chol = _GramCholesky(rows)
+        try:
+            chol.update(E)
+        except _Singular:
+            return math.inf
+    R12 = scipy.linalg.solve_triangular(chol.R, rows.K(chol.F, V), trans="T", lower=False, check_finite=False)
+    mu, U = scipy.linalg.eigh(rows.K(V, V) - R12.T @ R12, check_finite=False)
+    kept = mu > T.size * EPS * max(float(mu[-1]), 0.0)
+    return math.sqrt(float(np.sum((U[:, kept].T @ sV) ** 2 / mu[kept])))
+
+
 # ========================================================================== public
 def _default_chunk(n: int) -> int:
     return max(CHUNK_MIN, n)
@@ -416,16 +479,19 @@ def solve_svm_working_set(
     Returns:
       :class:`~attnsvm.svm.SVMSolution` exactly as ``solve_svm(inst, alpha, method="dual")`` returns it:
       ``method="dual"``, KKT residuals over **all** ``m`` rows, support and weakly active rows,
-      ``error_bound = cond(K_S)·eps`` (``S`` the rows solved as equalities), ``certified`` by the same
-      rule (bound and residuals ``≤ CERTIFY_RTOL``, every support row resolved), duals aligned with
-      ``svm_rows(inst, alpha)``; ``raw_rel_error = W_raw = None``.
+      ``error_bound = cond(K_S)·eps`` (``S`` the rows solved as equalities) plus the effect of the loop's
+      tolerances (module docstring, step 4), ``certified`` by the same rule (bound and residuals
+      ``≤ CERTIFY_RTOL``, every support row resolved), duals aligned with ``svm_rows(inst, alpha)``;
+      ``raw_rel_error = W_raw = None``. Ties between equally violated rows are broken by row order
+      (sequence, then token).
 
     Scale: any finite ``X, z``; ``W_mm(2^jx X, 2^jz z) = 2^−(jx+jz)·W_mm(X, z)`` exactly; relative Frobenius
     error ≤ ``error_bound`` (certified ≤ 1e-9); raises ``NumericalError`` iff ``||W_mm||_F`` or a margin is
     outside ``[2.2e-308, 1.8e308]`` (``duals = None`` iff a non-negligible multiplier is), as ``solve_svm``.
 
     Raises:
-      InfeasibleSVMError: the constraints cannot be met (a Farkas certificate on the working set).
+      InfeasibleSVMError: the constraints cannot be met, or only by ``||Ŵ||`` beyond ``INFEASIBLE_NORM`` (a
+        Farkas certificate on the working set; wherever ``solve_svm(method="dual")`` raises it).
       SolverError: ``max_working_set`` would be exceeded, or the solution is not finite.
       InvalidInstanceError: bad ``inst``, ``alpha``, ``chunk`` or ``max_working_set``.
     """
@@ -448,10 +514,11 @@ def solve_svm_working_set(
     hint = None
     try:
         state, rounds, max_S = _loop(u, rows, step, cap, progress, t0, chol=chol, hint=None)
-        sol = _certify(u, rows, state, chol, rounds, max_S, t0, time.perf_counter())
+        sol, V = _certify(u, rows, state, chol, rounds, max_S, t0, time.perf_counter())
         if sol.certified:
             return sol
-        hint = state.rows[state.lam > 0]
+        # the exact core starts from the rows with a multiplier and those violated within the tolerance
+        hint = np.union1d(state.rows[state.lam > 0], V).astype(np.intp)
     except _Singular:
         hint = chol.F  # the last free set the fast path factorised
     # The exact core on the working set: rank-revealing, decides infeasibility (Farkas), handles ties.
@@ -461,7 +528,7 @@ def solve_svm_working_set(
         raise SolverError(
             f"the working-set Att-SVM did not settle ({exc}); use solve_svm(method='dual')"
         ) from None
-    return _certify(u, rows, state, None, rounds, max_S, t0, time.perf_counter())
+    return _certify(u, rows, state, None, rounds, max_S, t0, time.perf_counter())[0]
 
 
 def _loop(
@@ -550,8 +617,11 @@ def _certify(
     max_S: int,
     t0: float,
     t1: float,
-) -> SVMSolution:
-    """KKT over all ``m`` rows, support, error bound and the back-scaling, as ``svm._solve_fro_unit``/``_solve_fro``."""
+) -> tuple[SVMSolution, IntArray]:
+    """KKT over all ``m`` rows, support, error bound and the back-scaling, as ``svm._solve_fro_unit``/``_solve_fro``.
+
+    Also returns the rows violated within the tolerance that no multiplier holds (see :func:`_error_bound`).
+    """
     c = u.c
     m = c.pairs.shape[0]
     b = u.beta
@@ -562,11 +632,12 @@ def _certify(
     W_hat = state.W
     if not np.all(np.isfinite(W_hat)):
         raise SolverError("the Att-SVM solution is not finite; the instance is too badly conditioned")
-    error_bound = _cond_KFF(rows, chol) * EPS if chol is not None else state.error_bound
-    # stationarity in factored form over all m rows (svm._weighted_sum: another summation order than Ŵ's)
-    M = _weighted_sum(u.zhat, c, lam)
+    base = _cond_KFF(rows, chol) * EPS if chol is not None else state.error_bound
     margins_hat = rows.margins(W_hat)
     wnorm_hat = float(np.linalg.norm(W_hat))
+    error_bound, V = _error_bound(rows, state, chol, base, margins_hat - b, wnorm_hat)
+    # stationarity in factored form over all m rows (svm._weighted_sum: another summation order than Ŵ's)
+    M = _weighted_sum(u.zhat, c, lam)
     rn = np.linalg.norm(c.deltas, axis=1) * np.linalg.norm(c.queries, axis=1)  # = 1 up to rounding
     # KKT of the unit-row problem; relative multipliers λ_r ∝ β_r·λ̂_r (see svm._UnitSVM)
     kkt = _kkt(
@@ -593,7 +664,7 @@ def _certify(
         else "exact core (SVD active set, NNLS)"
     )
     t3 = time.perf_counter()
-    return SVMSolution(
+    sol = SVMSolution(
         W=_ro_own(W),
         alpha=_ro(c.alpha),
         norm="fro",
@@ -614,3 +685,38 @@ def _certify(
         duals_mantissa=_ro_own(duals_mantissa),
         duals_exponent=duals_exponent,
     )
+    return sol, V
+
+
+def _error_bound(
+    rows: _Rows, state: _State, chol: _GramCholesky | None, base: float, slack: FloatArray, wnorm: float
+) -> tuple[float, IntArray]:
+    """A first-order bound on ``||Ŵ − Ŵ_mm||_F/||Ŵ||_F``, and the rows ``V`` it had to account for.
+
+    ``Ŵ = Σ_E λ_r â_r`` solves the rows ``E`` (those with ``λ_r ≠ 0``) as equalities; ``base = cond(K_EE)·eps``
+    bounds the error of that solve. Two tolerances of the loop can leave more (both were silent before):
+
+    * rows ``N ⊆ E`` held with ``λ_r < 0`` (within ``−MULTIPLIER_RTOL·max λ``): ``Ŵ`` is then the optimum with
+      ``N`` as equalities, and ``||Ŵ − Ŵ_mm||² ≤ Σ_N |λ_r|·(â_rᵀŴ_mm − β_r) ≤ Σ_N |λ_r|·||Ŵ − Ŵ_mm||`` (unit
+      rows, ``λ_mm ≥ 0``, complementarity): the error is at most ``||λ_N||₁``;
+    * rows ``V ∉ E`` with slack ``s_r`` below the rounding ``ν_r = 4d·eps·(β_r + ||Ŵ||)`` of a computed slack
+      (within the loop's tolerance, ``≥ 1e-12`` relative, a violation may be genuine; within ``ν_r`` its sign
+      is unknown; either is amplified by ``1/σ_min`` when the row is nearly parallel to rows of ``E``): with
+      ``T = E ∪ V`` active, the optimum is within ``||Δ||`` of ``Ŵ``, ``Δ`` the least-norm correction raising
+      each row of ``V`` by ``max(−s_r, 0) + ν_r`` with ``E`` kept (:func:`_correction_norm`).
+
+    ``error_bound = base + (||λ_N||₁ + ||Δ||)/||Ŵ||``: ``cond(K_S)·eps`` when ``N = V = ∅`` (the generic case).
+    """
+    if not wnorm > 0:
+        return base, np.zeros(0, dtype=np.intp)
+    E = state.rows[state.lam != 0.0]
+    bound = base + float(np.sum(-state.lam[state.lam < 0.0])) / wnorm
+    outside = np.ones(slack.size, dtype=bool)
+    outside[E] = False
+    # rounding of a computed slack â_rᵀŴ − β_r (d-term products, Ŵ's own entries): a row within it of 0 may be
+    # violated, by up to that much (amplified by 1/σ_min when it is nearly parallel to rows of E)
+    noise = 4 * rows.D.shape[1] * EPS * (rows.u.beta + wnorm)
+    V = np.flatnonzero(outside & (slack < noise)).astype(np.intp)
+    if V.size:
+        bound += _correction_norm(rows, E, V, np.maximum(-slack[V], 0.0) + noise[V], chol) / wnorm
+    return bound, V
