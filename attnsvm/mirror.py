@@ -32,9 +32,11 @@ summed entrywise (every entry's term is ≥ 0 by Young's inequality); for ``p = 
 
 Scale: ``ψ`` is homogeneous (``∇ψ`` of degree ``p − 1``, its inverse of degree ``1/(p−1)``,
 ``||·||_p`` of degree 1, ``D_ψ`` of the unit directions of degree 0). The maps refuse an entry whose
-image leaves float64's normal range (decided from ``(p−1)·log|W|`` before the power); norms and
-unit directions come from power-of-two mantissas; the ℓp-SVM is solved on the row mantissa
-(``W_p(2^j X, 2^j z) = 2^−2j W_p``) and the engine's direction on rescaled data.
+image leaves float64's normal range (decided from the computed image; the size reported from
+``(p−1)·log|W|``); norms and unit directions come from power-of-two mantissas; the ℓp-SVM is solved
+on the row mantissa (``W_p(2^j X, 2^j z) = 2^−2j W_p``) and the engine's direction on rescaled data.
+The engine carries its dual state ``U = ∇ψ(W)`` as mantissa ⊙ 2^exponent per entry, so ``U`` may
+leave float64 (``|W|^{p−1}``, ``η g``) wherever ``W`` itself is a double.
 
 References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581 (ℓp-AttGD, ℓp-Att-SVM, Bregman
 metric); Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (the ``p = 2`` case).
@@ -67,7 +69,7 @@ from .prompt import (
     scaled_core,
     values_mantissa,
 )
-from .scaling import FLOAT_MAX, FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, pow2_split, range_error
+from .scaling import FLOAT_TINY, LOG_FLOAT_MAX, pow2_split, range_error
 from .tensor import svm_constraints, svm_rows
 
 __all__ = [
@@ -127,26 +129,37 @@ def _signed_pow(U: FloatArray, e: float) -> FloatArray:
 _LN2 = math.log(2.0)
 
 
+def _overflow_log(log_value: float) -> float:
+    """``log_value`` kept strictly above ``LOG_FLOAT_MAX``, for an image already known to overflow.
+
+    An image that rounds to ``inf`` may have a logarithm that rounds to ``LOG_FLOAT_MAX`` itself
+    (``2·log 2^512 = log(1.8e308)`` in float64); :func:`~attnsvm.scaling.range_error` would then call
+    it an underflow. The size it reports is unchanged (``1e+308``).
+    """
+    return max(log_value, math.nextafter(LOG_FLOAT_MAX, math.inf))
+
+
 def _checked_signed_pow(U: FloatArray, e: float, what: str) -> FloatArray:
     """``sign(U)|U|^e`` entrywise, refused when a nonzero entry's image is not a normal double.
 
-    ``log|U|^e = e·log|U|`` decides before the power is taken, so an entry that would overflow
-    or fall into the subnormal band (losing digits) raises instead of returning Inf or 0.
+    Decided from the computed image itself (``pow`` is accurate to an ulp, so it is ``inf`` exactly
+    when the image rounds past the largest double, subnormal or 0 exactly when it falls below the
+    normal range): an overflow is refused with the largest ``e·log|U_ij|``, an underflow with the
+    smallest, never an Inf, a 0 or a subnormal with lost digits.
     """
     nz = U != 0
-    if np.any(nz):
-        with np.errstate(divide="ignore"):
-            logs = e * np.log(np.abs(U[nz]))
-        hi, lo = float(np.max(logs)), float(np.min(logs))
-        if hi > LOG_FLOAT_MAX:
-            raise range_error(f"an entry of {what}", hi)
-        if lo < LOG_FLOAT_TINY:
-            raise range_error(f"an entry of {what}", lo)
     with np.errstate(over="ignore", under="ignore"):
         out = _signed_pow(U, e)
-    big = np.abs(out[nz])
-    if big.size and (not np.all(np.isfinite(big)) or float(np.min(big)) < FLOAT_TINY):  # the ends, rounded
-        raise range_error(f"an entry of {what}", float(np.max(e * np.log(np.abs(U[nz])))))
+    mag = np.abs(out[nz])
+    if mag.size == 0:
+        return out
+    overflow = not bool(np.all(np.isfinite(mag)))
+    if overflow or float(np.min(mag)) < FLOAT_TINY:
+        with np.errstate(over="ignore", under="ignore"):  # e·log|U| may leave float64 for extreme p
+            logs = e * np.log(np.abs(U[nz]))
+        if overflow:
+            raise range_error(f"an entry of {what}", _overflow_log(float(np.max(logs))))
+        raise range_error(f"an entry of {what}", float(np.min(logs)))
     return out
 
 
@@ -154,7 +167,8 @@ def mirror_map(W: ArrayLike, p_norm: float) -> FloatArray:
     """``∇ψ(W) = sign(W) ⊙ |W|^{p−1}``, entrywise.
 
     Scale: homogeneous of degree ``p − 1``; every entry to a few ulps relative (``pow``); raises
-    :class:`NumericalError` when a nonzero entry's image ``|W_ij|^{p−1}`` is not a normal double.
+    :class:`NumericalError` when a nonzero entry's image ``|W_ij|^{p−1}`` is not a normal double
+    (an overflow reports the largest image's size, an underflow the smallest's).
 
     References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581.
     """
@@ -166,7 +180,8 @@ def inverse_mirror_map(U: ArrayLike, p_norm: float) -> FloatArray:
     """``(∇ψ)^{-1}(U) = sign(U) ⊙ |U|^{1/(p−1)} = sign(U) ⊙ |U|^{q−1}``, entrywise.
 
     Scale: homogeneous of degree ``1/(p − 1)``; every entry to a few ulps relative; raises
-    :class:`NumericalError` when a nonzero entry's image is not a normal double.
+    :class:`NumericalError` when a nonzero entry's image is not a normal double (an overflow
+    reports the largest image's size, an underflow the smallest's).
 
     References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581.
     """
@@ -436,6 +451,103 @@ def _put_back_real(m: FloatArray, log2_scale: float, what: str) -> FloatArray:
     return put_back(np.asarray(m, dtype=np.float64) * 2.0 ** (log2_scale - k), k, what)
 
 
+# ===================================================== the dual state, exact at any size
+IntArray = NDArray[np.int64]
+
+#: :func:`run_mirror_descent` needs ``p − 1 ∈ [2^−ENGINE_P_BITS, 2^ENGINE_P_BITS]`` (``p ∈ [1.002, 513]``):
+#: then ``p`` and ``q = p/(p − 1)`` are ``≤ 513``, so the largest term ``|m|^p ≥ 2^−513`` of
+#: :func:`lp_norm` (the step's ``||D||_q``, the recorded ``||W||_p``) is a normal double, and in
+#: :func:`_split_pow` ``|m|^e ∈ [2^−512, 1]`` for both powers ``e = p − 1`` and ``1/(p − 1)``, while
+#: every exponent ``|E|`` of the dual state stays below ``2^21`` (``≤ 1075·2^9`` for ``|W_0|^{p−1}``,
+#: ``≤ 2^12`` for a sum of steps ``η g`` each below ``2^2048``), so ``|E·e| < 2^30`` and
+#: :func:`_exponent_product` is exact.
+ENGINE_P_BITS = 9
+#: Veltkamp's splitting constant ``2^27 + 1`` (float64: 53 = 26 + 27 bits).
+_VELTKAMP = 2.0**27 + 1.0
+
+
+def _frexp64(a: FloatArray) -> tuple[FloatArray, IntArray]:
+    """``a = f·2^k`` entrywise, ``|f| ∈ [½, 1)`` (``f = 0``, ``k = 0`` for a zero), ``k`` as int64."""
+    f, k = np.frexp(a)
+    return f, k.astype(np.int64)
+
+
+def _exponent_product(E: IntArray, e: float) -> tuple[FloatArray, FloatArray]:
+    """``E·e = hi + lo`` exactly, for integers ``|E| < 2^26`` (here ``< 2^21``: :data:`ENGINE_P_BITS`).
+
+    Veltkamp's splitting ``e = e1 + e2`` (``e1`` with 26 significant bits, ``e2`` with 27) makes both
+    ``E·e1`` and ``E·e2`` exact doubles (``≤ 26 + 27`` bits): no rounding in the product.
+    """
+    c = _VELTKAMP * e
+    e1 = c - (c - e)
+    a = E.astype(np.float64)
+    return a * e1, a * (e - e1)
+
+
+def _split_pow(m: FloatArray, E: IntArray, e: float) -> tuple[FloatArray, IntArray]:
+    """``sign(m)·|m·2^E|^e`` entrywise as ``(mantissa, exponent)`` in ``frexp`` form, at any size.
+
+    With ``|m| ∈ [½, 1)`` (``frexp`` form),
+
+        |m·2^E|^e = |m|^e · 2^{E·e},   E·e = hi + lo exactly,   2^{E·e} = 2^{(hi − K) + lo} · 2^K,
+
+    ``K = ⌊hi + lo⌋``, where ``hi − K`` is exact and ``|m|^e ∈ [2^−512, 1]`` (``e ≤ 2^9``: :data:`ENGINE_P_BITS`), so no
+    intermediate leaves the normal range, whatever the size of the power. Relative error: ``pow``,
+    ``exp2`` of an argument in ``[−¼, 1¼]`` and one product, a few ulps; exact for ``e = 1``
+    (``p = 2``: ``W = U``). A zero entry stays ``(0, 0)``.
+    """
+    f, k = np.zeros(m.shape), np.zeros(m.shape, dtype=np.int64)
+    nz = m != 0
+    hi, lo = _exponent_product(E[nz], e)
+    # K: any integer near E·e; hi − K is then exact (|hi| < 2^30) and (hi − K) + lo ∈ [−ε, 1 + ε].
+    K = np.floor(hi + lo)
+    fm, km = _frexp64(np.abs(m[nz]) ** e * np.exp2((hi - K) + lo))
+    f[nz], k[nz] = np.sign(m[nz]) * fm, K.astype(np.int64) + km
+    return f, k
+
+
+def _split_step(Um: FloatArray, Ue: IntArray, lr: float, g: FloatArray) -> tuple[FloatArray, IntArray]:
+    """``U − lr·g`` for ``U = Um·2^Ue`` (entrywise), as ``(mantissa, exponent)`` in ``frexp`` form.
+
+    ``lr·g = (lm·gm)·2^{le+ge}`` (one rounding, as in float64); each entry's two terms are aligned at
+    its larger exponent. The shift is exact unless the smaller term falls below ``2^−1074`` there,
+    where it is below half an ulp of the larger and the rounded difference is the same: every entry
+    is ``fl(U − fl(lr·g))``, the float64 update without its range limits (no Inf, no NaN).
+    """
+    lm, le = math.frexp(lr)
+    gm, ge = _frexp64(g)
+    pm, pe = lm * gm, ge + le
+    k = np.where(Um == 0, pe, np.where(pm == 0, Ue, np.maximum(Ue, pe)))
+    with np.errstate(under="ignore"):  # a term far below the other: flushed below half an ulp of it
+        f, j = _frexp64(np.ldexp(Um, Ue - k) - np.ldexp(pm, pe - k))
+    return f, np.where(f == 0, 0, k + j)
+
+
+def _split_to_float(f: FloatArray, k: IntArray, what: str, *, remedy: str = "") -> FloatArray:
+    """``f·2^k`` (``frexp`` form) as doubles when its largest entry is a normal double (or all are 0);
+    else the range error naming ``what``. Decided on the integer exponents (``|f|·2^k ∈ [2^{k−1}, 2^k)``:
+    normal iff ``−1021 ≤ k ≤ 1024``), so exactly; smaller entries keep an absolute error ``≤ 2^−1075``."""
+    nz = f != 0
+    if not np.any(nz):
+        return np.zeros_like(f)
+    top = int(np.max(k[nz]))
+    if not -1021 <= top <= 1024:
+        log_big = float(np.max(np.log(np.abs(f[nz])) + k[nz] * _LN2))
+        raise range_error(what, _overflow_log(log_big) if top > 1024 else log_big, remedy=remedy)
+    with np.errstate(under="ignore"):  # entries far below the largest: gradual underflow, absolute error
+        return np.ldexp(f, k)
+
+
+def _check_engine_p(p: float) -> None:
+    if not 2.0**-ENGINE_P_BITS <= p - 1.0 <= 2.0**ENGINE_P_BITS:
+        raise AttnSVMError(
+            f"run_mirror_descent needs p_norm in [1 + 2^−{ENGINE_P_BITS}, 1 + 2^{ENGINE_P_BITS}] = "
+            f"[{1.0 + 2.0**-ENGINE_P_BITS!r}, {1.0 + 2.0**ENGINE_P_BITS!r}] (p and q = p/(p−1) at most "
+            f"{1.0 + 2.0**ENGINE_P_BITS:.0f} keep the powers of its norms and dual state in float64); "
+            f"got p_norm = {p!r}"
+        )
+
+
 # ================================================================= mirror descent
 class MirrorRecord(NamedTuple):
     """State at one recorded step: ``||W||_p``, risk, selected tokens, ``D_ψ(reference, W)``
@@ -452,12 +564,31 @@ class MirrorRecord(NamedTuple):
 
 @dataclass
 class MirrorTrajectory:
-    """Result of :func:`run_mirror_descent`: final ``W`` and dual ``U = ∇ψ(W)`` (shape ``(d, d)``), records."""
+    """Result of :func:`run_mirror_descent`: final ``W`` (shape ``(d, d)``), the dual state and the records.
+
+    The dual iterate ``U = ∇ψ(W) = U_mantissa ⊙ 2^U_exponent`` (entrywise; ``frexp`` form, int64
+    exponents) is exact at any size; ``|W|^{p−1}`` need not be a double (``p = 3``, ``|W| = 1e300``).
+    """
 
     W: FloatArray
-    U: FloatArray
+    U_mantissa: FloatArray
+    U_exponent: IntArray
     p_norm: float
     record: list[MirrorRecord] = field(default_factory=list)
+
+    @property
+    def U(self) -> FloatArray:
+        """The dual iterate ``U = ∇ψ(W)`` as doubles.
+
+        Scale: the largest entry must be a normal double (smaller ones to an absolute ``2^−1075``);
+        otherwise :class:`NumericalError` (the exact state stays in ``U_mantissa``, ``U_exponent``).
+        """
+        return _split_to_float(
+            self.U_mantissa,
+            self.U_exponent,
+            "the dual iterate U = ∇ψ(W)",
+            remedy="Read the exact dual state from U_mantissa·2^U_exponent",
+        )
 
     @property
     def bregman(self) -> FloatArray:
@@ -501,16 +632,23 @@ def run_mirror_descent(
       reference: ``(d, d)`` direction (e.g. ``solve_lp_svm(...).W``) for the Bregman metric.
       keep_iterates: store a copy of ``W_t`` in each record.
 
-    Scale: any finite data; the normalized direction is scale-invariant (computed on power-of-two
-    mantissas), so ``X → cX``, ``z → cz``, ``v → v/c``, ``lr → lr/c^{2(p−1)}`` gives ``W_t/c²``;
-    entries of ``W`` below ``2^−1074`` flush (absolute accuracy); raises :class:`NumericalError`
-    naming the step when ``W``, a plain gradient or a recorded risk is not representable, or the
-    recorded gradient is refused (a record's ``log10||∇L||`` is ``−inf`` only at a stationary ``W``).
+    Scale: any finite data, ``W0`` and ``lr``; ``p − 1 ∈ [2^−9, 2^9]``, i.e. ``p ∈ [1.002, 513]``
+    (else :class:`AttnSVMError`: :data:`ENGINE_P_BITS`).
+    The dual state ``U`` is carried as mantissa ⊙ 2^exponent per entry, so ``U − η g`` is the float64
+    update without range limits (``U`` may be 1e600 while ``W`` is a double) and each entry of ``W_t``
+    is ``sign(U)|U|^{q−1}`` of its own dual entry to a few ulps (exactly ``U`` for ``p = 2``); the
+    normalized direction is scale-invariant (computed on power-of-two mantissas), so ``X → cX``,
+    ``z → cz``, ``v → v/c``, ``lr → lr/c^{2(p−1)}`` gives ``W_t/c²``; entries of ``W`` below
+    ``2^−1074`` flush (absolute accuracy). Raises :class:`NumericalError` naming the step when the
+    largest entry of ``W_t`` is not a normal double, a plain gradient or a recorded risk is not
+    representable, or the recorded gradient is refused (a record's ``log10||∇L||`` is ``−inf`` only
+    at a stationary ``W``).
 
     Returns:
       :class:`MirrorTrajectory` with ``.W``.
     """
     p = check_p_norm(p_norm)
+    _check_engine_p(p)
     q = p / (p - 1.0)
     steps = check_steps(steps)
     lr = check_lr(lr)
@@ -519,7 +657,9 @@ def run_mirror_descent(
     ref = None if reference is None else inst.check_weights(reference, "reference")
     if ref is not None and not np.any(ref != 0):
         raise AttnSVMError("reference is the zero matrix; it has no direction")
-    U = _signed_pow(W, p - 1.0)
+    # The dual state U = ∇ψ(W) = sign(W)|W|^(p−1), entrywise as mantissa·2^exponent: a double U
+    # overflowed or flushed to 0 wherever |W|^(p−1) leaves float64 while W itself is a double.
+    Um, Ue = _split_pow(*_frexp64(W), p - 1.0)
     at = set(int(s) for s in record_steps(record_at, steps))
     # The gradient and its direction come from the core model on power-of-two rescaled data
     # (the direction is scale-invariant, the gradient put back by 2^(ex+ez+ea)).
@@ -566,19 +706,15 @@ def run_mirror_descent(
             raise NumericalError(
                 f"{'normalized ' if normalized else ''}mirror descent at step {t}: {exc}"
             ) from exc
-        U = U - lr * g
-        with np.errstate(over="ignore", under="ignore"):
-            W = _signed_pow(U, 1.0 / (p - 1.0))
-        # W = (∇ψ)^{-1}(U) is homogeneous of degree q − 1 in U: refuse an iterate whose largest
-        # entry is not a normal double (overflow, or an all-underflowed W that would read as 0).
-        umax = float(np.max(np.abs(U)))
-        wmax = float(np.max(np.abs(W)))
-        if not math.isfinite(umax) or (umax > 0 and not FLOAT_TINY <= wmax <= FLOAT_MAX):
-            raise range_error(
-                f"mirror descent at step {t}: the iterate W = (∇ψ)^(−1)(U)",
-                math.log(umax) / (p - 1.0) if math.isfinite(umax) else math.inf,
-                remedy="Lower (overflow) or raise (underflow) lr, or rescale the data",
-            )
+        # U − η g in the split form (the naive U - lr*g overflowed to Inf and NaN), then
+        # W = (∇ψ)^{-1}(U) = sign(U)|U|^(q−1) from it: refused when W's largest entry is not a normal
+        # double (overflow, or an all-underflowed W that would read as 0).
+        Um, Ue = _split_step(Um, Ue, lr, g)
+        W = _split_to_float(
+            *_split_pow(Um, Ue, 1.0 / (p - 1.0)),
+            f"mirror descent at step {t}: the iterate W = (∇ψ)^(−1)(U)",
+            remedy="Lower (overflow) or raise (underflow) lr, or rescale the data",
+        )
         if t in at:
             record(t)
-    return MirrorTrajectory(W=W, U=U, p_norm=p, record=rec)
+    return MirrorTrajectory(W=W, U_mantissa=Um, U_exponent=Ue, p_norm=p, record=rec)
