@@ -9,7 +9,6 @@ projection maps onto ``W``) are in the documentation's "Theory and conventions" 
 
 from __future__ import annotations
 
-from .attention import KINDS, attention, log_attention, logits, output
 from .errors import (
     AttnSVMError,
     InfeasibleSVMError,
@@ -36,9 +35,6 @@ from .gd import (
     run_gd_batch,
     run_gd_kq,
 )
-from .grad import GradDirection, normalized_risk_grad, risk, risk_grad, risk_grad_textbook
-from .instance import FAMILIES, Instance, random_instance
-from .joint import run_joint_gd, solve_joint_svm
 from .lipschitz import (
     LipschitzBound,
     LipschitzEstimate,
@@ -47,10 +43,46 @@ from .lipschitz import (
     lipschitz_bound,
     lipschitz_estimate,
 )
-from .losses import LOSSES, Loss, LossAssumptions, get_loss
-from .mirror import bregman_divergence, run_mirror_descent, solve_lp_svm
-from .multitoken import predict_multitoken, run_multitoken_gd, selected_sets
-from .prompt import prompt_regularization_path, run_prompt_gd, solve_prompt_svm
+from .model import (
+    FAMILIES,
+    KINDS,
+    LOSSES,
+    GradDirection,
+    Instance,
+    Loss,
+    LossAssumptions,
+    attention,
+    get_loss,
+    log_attention,
+    logits,
+    normalized_risk_grad,
+    output,
+    random_instance,
+    risk,
+    risk_grad,
+    risk_grad_textbook,
+    svm_constraints,
+    svm_gram,
+    svm_margins,
+    svm_rows,
+    unvec,
+    unvec_rowmajor,
+    vec,
+    vec_rowmajor,
+)
+from .peers import (
+    bregman_divergence,
+    predict_multitoken,
+    prompt_regularization_path,
+    run_joint_gd,
+    run_mirror_descent,
+    run_multitoken_gd,
+    run_prompt_gd,
+    selected_sets,
+    solve_joint_svm,
+    solve_lp_svm,
+    solve_prompt_svm,
+)
 from .svm import (
     SVM_METHODS,
     SVM_NORMS,
@@ -63,9 +95,8 @@ from .svm import (
     local_optimality_report,
     min_norm_dual,
     solve_svm,
+    solve_svm_working_set,
 )
-from .svm_working_set import solve_svm_working_set
-from .tensor import svm_constraints, svm_gram, svm_margins, svm_rows, unvec, unvec_rowmajor, vec, vec_rowmajor
 
 __version__ = "0.1.0"
 

@@ -35,7 +35,6 @@ from ._deps import require
 
 require("sympy", feature="attnsvm.identities (the SymPy proofs)")  # pragma: no mutate
 
-import importlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,14 +44,11 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from . import grad as _grad
-from . import losses as _losses
-from . import tensor as _ten
 from .errors import unknown_name
-from .instance import Instance
-
-# The module, not the function of the same name that attnsvm/__init__ re-exports.
-_att = importlib.import_module(".attention", __package__)
+from .model import _attention as _att
+from .model import _grad, _losses
+from .model import _tensor as _ten
+from .model._instance import Instance
 
 __all__ = [
     "PosExp",
@@ -1103,7 +1099,7 @@ def _loss_sym(name: str, u: Any) -> tuple[Any, Any]:
 
 
 def _code_derivative_sym(name: str, u: Any) -> Any:
-    """The derivative in the form attnsvm.losses documents."""
+    """The derivative in the form attnsvm.model._losses documents."""
     if name == "logistic":
         return -1 / (1 + sp.exp(u))
     if name == "exponential":
@@ -1320,7 +1316,7 @@ def _ck_sr(part: str) -> Callable[[np.random.Generator], list[tuple[str, float, 
         inst, A, x, b = _sr_setup(rng, T, d)
         out = [
             (
-                "f = α⁻¹u vs attnsvm.attention(inst, unvec(x))",
+                "f = α⁻¹u vs attnsvm.model._attention(inst, unvec(x))",
                 _rel(_sr_code(inst, x, b)[0], _lamb([As, xs], f)(A, x).ravel()),
                 EVAL_TOL,
             )
@@ -1403,7 +1399,7 @@ def _ck_sr_matrix(rng: np.random.Generator) -> list[tuple[str, float, float]]:
     ref = _lamb([A1, A2, xr], S_kron)(Z, K, _ten.vec_rowmajor(W.T))
     return [
         (
-            "softmax((Z⊗K) vec_r(Wᵀ)) row by row vs attnsvm.attention",
+            "softmax((Z⊗K) vec_r(Wᵀ)) row by row vs attnsvm.model._attention",
             _rel(_att.attention(inst, W), ref),
             EVAL_TOL,
         )
@@ -1460,7 +1456,7 @@ def _ck_lin_weights(rng: np.random.Generator) -> list[tuple[str, float, float]]:
     fd = _fd_jac(_code_map(inst, "weights", "linear"), _ten.vec(W))
     return [
         (
-            "K vec(W) vs attnsvm.attention(kind='linear')",
+            "K vec(W) vs attnsvm.model._attention(kind='linear')",
             _rel(_att.attention(inst, W, "linear").ravel(), Kn @ _ten.vec(W)),
             EVAL_TOL,
         ),

@@ -61,9 +61,9 @@ if TYPE_CHECKING:  # torch is imported where it is used: `import attnsvm` stays 
     import torch
 
 from ._deps import require
-from .attention import KINDS
 from .errors import AttnSVMError, NumericalError, unknown_name
-from .instance import Instance
+from .model._attention import KINDS
+from .model._instance import Instance
 from .scaling import FLOAT_MAX, FLOAT_TINY, check_log_representable, pow2_exponent, range_error
 
 __all__ = [

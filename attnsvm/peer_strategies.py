@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from .errors import InvalidInstanceError
-from .instance import Instance
+from .model._instance import Instance
 
 __all__ = ["prompt_instances", "joint_instances", "p_norms", "heads"]
 

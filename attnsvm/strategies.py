@@ -102,7 +102,7 @@ from numpy.typing import NDArray
 from scipy.special import ndtri
 
 from .errors import InvalidInstanceError, unknown_name
-from .instance import Instance
+from .model._instance import Instance
 
 __all__ = [
     "INSTANCE_FAMILIES",

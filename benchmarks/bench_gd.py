@@ -1,8 +1,8 @@
-"""Throughput of the batched GD engine against a per-instance autograd loop: a thin wrapper over :mod:`attnsvm.bench`.
+"""Throughput of the batched GD engine against a per-instance autograd loop: a thin wrapper over :mod:`attnsvm.harness.bench`.
 
 The methodology (alternating rounds, median per-round ratio with its range, load average before
 and after, the log-domain step, bandwidth floor, GEMM fraction) is documented in
-:func:`attnsvm.bench.bench_gd`; ``attnsvm bench --only gd`` runs the same code.
+:func:`attnsvm.harness.bench.bench_gd`; ``attnsvm bench --only gd`` runs the same code.
 
 Run: ``python benchmarks/bench_gd.py [--quick] [--batch B] [--threads K] [--repeat R] [--json]``.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnsvm.bench import bench_gd, script_main
+from attnsvm.harness.bench import bench_gd, script_main
 
 
 def bench(
@@ -23,7 +23,7 @@ def bench(
     quick: bool = False,
     repeat: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The rows (``name``, ``value``, ``range``, ``unit``, ``note``); see :func:`attnsvm.bench.bench_gd`."""
+    """The rows (``name``, ``value``, ``range``, ``unit``, ``note``); see :func:`attnsvm.harness.bench.bench_gd`."""
     return bench_gd(quick=quick, batch=batch, n=n, T=T, d=d, threads=threads, repeat=repeat)
 
 

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 import attnsvm as A
 from attnsvm import strategies as S
-from attnsvm.attention import attention_of, log_phi, log_softmax
-from attnsvm.instance import Instance
+from attnsvm.model._attention import attention_of, log_phi, log_softmax
+from attnsvm.model._instance import Instance
 
 EPS = float(np.finfo(np.float64).eps)
 #: exp/log/log-sum-exp each round once or twice per weight; 8 covers them with headroom.

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import attnsvm as A
 from attnsvm import strategies as S
-from attnsvm.instance import Instance
+from attnsvm.model._instance import Instance
 
 BAD = st.sampled_from([np.nan, np.inf, -np.inf])
 

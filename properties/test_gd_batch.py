@@ -1,8 +1,8 @@
 """The batched GD engine computes the single-instance direction, on both of its paths.
 
 ``run_gd_batch`` stacks instances and takes, per step and per instance, either a linear-domain
-fast path or a log-domain path (``attnsvm.gd._TorchBatch``); both must give the direction and
-log-norm of :func:`attnsvm.grad.normalized_risk_grad_of`, the single-instance O(T²) form, from
+fast path or a log-domain path (``attnsvm.gd._engine._TorchBatch``); both must give the direction and
+log-norm of :func:`attnsvm.model._grad.normalized_risk_grad_of`, the single-instance O(T²) form, from
 ``W = 0`` (every token tied) to saturation far past the underflow of ``∇L``, including exactly
 duplicated tokens (the selected token's twin). Where the single-instance form refuses the
 direction — its gradient cancels to the rounding level of its own sum or of the token values
@@ -46,10 +46,10 @@ from hypothesis import strategies as st
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import NumericalError
-from attnsvm.gd import _stack_instances, _TorchBatch
-from attnsvm.grad import CANCELLATION_FACTOR, normalized_risk_grad_of
-from attnsvm.instance import Instance
-from attnsvm.losses import get_loss
+from attnsvm.gd._engine import _stack_instances, _TorchBatch
+from attnsvm.model._grad import CANCELLATION_FACTOR, normalized_risk_grad_of
+from attnsvm.model._instance import Instance
+from attnsvm.model._losses import get_loss
 
 #: Agreement of the batched and single-instance unit directions: measured ≤ 7e-14 (tests/test_gd.py,
 #: RTOL_FAST_PATH) where κ is O(1); 1e-10 leaves room for κ up to ~1e3.

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 import attnsvm as A
 from attnsvm import strategies as S
-from attnsvm.grad import CANCELLATION_FACTOR
-from attnsvm.instance import Instance
+from attnsvm.model._grad import CANCELLATION_FACTOR
+from attnsvm.model._instance import Instance
 
 EPS = float(np.finfo(np.float64).eps)
 #: Roundings per gradient term: one each for the logit dot products (accounted in κ), the
@@ -416,7 +416,7 @@ def test_normalized_direction_matches_oracle(pair: tuple[Instance, np.ndarray], 
 # ----------------------------------------------- the textbook form fails (a pinned finding)
 def test_textbook_loses_digits_at_saturation() -> None:
     """The oracle comparison can fail: the textbook gradient violates the error model at
-    saturation (why attnsvm.grad uses the cancellation-free form), while the cancellation-free
+    saturation (why attnsvm.model._grad uses the cancellation-free form), while the cancellation-free
     one satisfies it."""
     rng = np.random.default_rng(0)
     inst = A.random_instance(2, 3, 4, seed=rng, family="gaussian")

@@ -41,8 +41,8 @@ from hypothesis import strategies as st
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import NumericalError
-from attnsvm.instance import Instance
 from attnsvm.lipschitz import lipschitz_bound, lipschitz_estimate
+from attnsvm.model._instance import Instance
 from attnsvm.scaling import FLOAT_MAX, FLOAT_TINY
 
 EPS = float(np.finfo(np.float64).eps)
@@ -190,7 +190,7 @@ def _estimate_or_discard(tally: Tally, inst: Instance, kind: str, R: float, of: 
 
 
 def _map_or_discard(tally: Tally, inst: Instance, W: np.ndarray, kind: str, of: str) -> np.ndarray | None:
-    """The map by attnsvm.attention (the oracle of the pair test), or None where it refuses."""
+    """The map by attnsvm.model._attention (the oracle of the pair test), or None where it refuses."""
     try:
         return A.attention(inst, W, kind).reshape(-1) if of == "weights" else A.output(inst, W, kind)
     except NumericalError as exc:
@@ -208,7 +208,7 @@ def test_bound_is_sound_on_sampled_pairs(
     inst: Instance, R: float, kind: str, of: str, data: st.DataObject
 ) -> None:
     """``||y(W1) − y(W2)|| ≤ bound · ||W1 − W2||`` up to the two evaluations' rounding. Oracle: the maps
-    evaluated by attnsvm.attention / output (a different module), at independent and close pairs."""
+    evaluated by attnsvm.model._attention / output (a different module), at independent and close pairs."""
     _PAIRS.run += 1
     W1, W2 = data.draw(ball_pairs(inst.d, R))
     B = _bound_or_discard(_PAIRS, inst, kind, R, of)

@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import NumericalError, TiedScoresError
-from attnsvm.grad import CANCELLATION_FACTOR
-from attnsvm.instance import Instance
+from attnsvm.model._grad import CANCELLATION_FACTOR
+from attnsvm.model._instance import Instance
 
 EPS = float(np.finfo(np.float64).eps)
 FLOAT_MAX = float(np.finfo(np.float64).max)

@@ -37,8 +37,8 @@ from hypothesis import strategies as st
 
 from attnsvm import strategies as S
 from attnsvm.errors import NumericalError
-from attnsvm.gd import regularization_path, run_gd, run_gd_batch, run_gd_kq
-from attnsvm.instance import Instance
+from attnsvm.gd._engine import regularization_path, run_gd, run_gd_batch, run_gd_kq
+from attnsvm.model._instance import Instance
 from attnsvm.scaling import FLOAT_TINY
 
 STEPS = 20

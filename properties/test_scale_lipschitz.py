@@ -50,8 +50,8 @@ from hypothesis import strategies as st
 
 from attnsvm import strategies as S
 from attnsvm.errors import NumericalError
-from attnsvm.instance import Instance
 from attnsvm.lipschitz import jacobian_norm, lipschitz_bound, lipschitz_estimate, logit_norm
+from attnsvm.model._instance import Instance
 
 EPS = float(np.finfo(np.float64).eps)
 KINDS = ("softmax", "linear", "normalized_linear")

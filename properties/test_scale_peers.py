@@ -1,7 +1,7 @@
 """Scale sweep of the peer models (issue 13 §2): prompt, joint, ℓp mirror descent, multi-token.
 
-One property per public numeric function of :mod:`attnsvm.prompt`, :mod:`attnsvm.joint`,
-:mod:`attnsvm.mirror` and :mod:`attnsvm.multitoken`. Data: the peer strategies
+One property per public numeric function of :mod:`attnsvm.peers._prompt`, :mod:`attnsvm.peers._joint`,
+:mod:`attnsvm.peers._mirror` and :mod:`attnsvm.peers._multitoken`. Data: the peer strategies
 (:func:`attnsvm.peer_strategies.prompt_instances`, :func:`~attnsvm.peer_strategies.heads`,
 :func:`~attnsvm.peer_strategies.p_norms`) and the core ones (:func:`attnsvm.strategies.instances`
 over every family, :func:`~attnsvm.strategies.feasible_instances`,
@@ -35,14 +35,14 @@ from _discards import Tally, bounded_discards
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from attnsvm import joint as J
-from attnsvm import mirror as M
-from attnsvm import multitoken as MT
-from attnsvm import prompt as P
 from attnsvm import strategies as S
 from attnsvm.errors import AttnSVMError, NumericalError
-from attnsvm.instance import Instance
+from attnsvm.model._instance import Instance
 from attnsvm.peer_strategies import heads, p_norms, prompt_instances
+from attnsvm.peers import _joint as J
+from attnsvm.peers import _mirror as M
+from attnsvm.peers import _multitoken as MT
+from attnsvm.peers import _prompt as P
 
 EPS = float(np.finfo(np.float64).eps)
 #: Scaled and unscaled calls run on the same power-of-two mantissas; they differ by the rounding of

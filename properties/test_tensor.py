@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 
 import attnsvm as A
 from attnsvm import strategies as S
-from attnsvm.instance import Instance
+from attnsvm.model._instance import Instance
 
 EPS = float(np.finfo(np.float64).eps)
 TINY = float(np.finfo(np.float64).tiny)

@@ -9,19 +9,16 @@ the wrong sign, and ``φ = exp`` (softmax) in place of ``elu + 1``.
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
 from attnsvm import identities as I
+from attnsvm.model import _attention as att
+from attnsvm.model import _grad as grad
+from attnsvm.model import _losses as losses
+from attnsvm.model import _tensor as ten
 
 pytestmark = pytest.mark.timeout(120)
-
-ten = importlib.import_module("attnsvm.tensor")
-att = importlib.import_module("attnsvm.attention")
-grad = importlib.import_module("attnsvm.grad")
-losses = importlib.import_module("attnsvm.losses")
 
 
 def _fails(name: str) -> bool:

@@ -36,9 +36,9 @@ import pytest
 import sympy as sp
 
 import attnsvm as A
-from attnsvm import joint as J
-from attnsvm import mirror as M
-from attnsvm import prompt as P
+from attnsvm.peers import _joint as J
+from attnsvm.peers import _mirror as M
+from attnsvm.peers import _prompt as P
 
 pytestmark = pytest.mark.timeout(120)
 

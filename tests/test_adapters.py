@@ -3,7 +3,7 @@
 Oracle: each module's OWN attention weights — ``nn.MultiheadAttention(need_weights=True,
 average_attn_weights=False)``, HuggingFace ``BertSelfAttention`` and ``GPT2Attention`` (eager
 implementation, which returns its softmax weights) built from configs with random weights, no
-download — compared with ``attnsvm.attention(Instance(X, Y, v, z=query), W)`` on the same tokens in
+download — compared with ``attnsvm.model._attention(Instance(X, Y, v, z=query), W)`` on the same tokens in
 float64. Scale: exact power-of-two equivariance ``W(2^j W_K, 2^j W_Q) = 2^{2j} W``.
 """
 
@@ -446,7 +446,7 @@ def _sdpa_weights(q, k, *, is_causal=False):
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_sdpa_weights_match_attention(is_causal):
     """Oracle: torch.nn.functional.scaled_dot_product_attention (float64, scale=1, q = W z) — its
-    weights, read through identity values — against attnsvm.attention at moderate ||W||_F = 3."""
+    weights, read through identity values — against attnsvm.model._attention at moderate ||W||_F = 3."""
     rng = np.random.default_rng(20)
     B, T, d = 3, 5, 4
     X = rng.standard_normal((B, T, d))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm.attention import attention_of, log_softmax, output_of
 from attnsvm.errors import InvalidInstanceError, NumericalError, UnknownNameError
+from attnsvm.model._attention import attention_of, log_softmax, output_of
 
 EPS = np.finfo(np.float64).eps
 #: softmax/normalised weights are O(1) numbers obtained through one exp, one sum of T terms

@@ -1,4 +1,4 @@
-"""The pure parts of :mod:`attnsvm.bench` (per-round ratio statistics, table formatting) and the
+"""The pure parts of :mod:`attnsvm.harness.bench` (per-round ratio statistics, table formatting) and the
 correctness of the two autograd loops the batched engine is timed against.
 
 Timings themselves are never asserted (benchmarks only); ``attnsvm bench --tiny`` is run end to
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnsvm.bench import _r, gd_table, median_ratio, svm_table
+from attnsvm.harness.bench import _r, gd_table, median_ratio, svm_table
 
 
 def test_median_ratio_is_the_median_of_per_round_ratios() -> None:
@@ -67,7 +67,7 @@ def test_autograd_baselines_run_normalized_gd(which: str) -> None:
     doubled to cover its propagation through the later steps, is added to the bound (measured on
     this instance: 1.7529e-10 against a first-order 1.7543e-10)."""
     import attnsvm as A
-    from attnsvm.bench import lean_autograd_loop, published_autograd_loop
+    from attnsvm.harness.bench import lean_autograd_loop, published_autograd_loop
 
     inst = A.random_instance(6, 8, 10, seed=3)
     make = lean_autograd_loop if which == "lean" else published_autograd_loop
@@ -95,7 +95,7 @@ def _scale_row(m: int, n: int, time_s: float, *, certified: bool = True, peak_mi
 def test_svm_scale_targets_are_judged_on_certified_times() -> None:
     """Oracle: the thresholds written in issue 16 (≤ 10 s at m = 7936, ≤ 60 s and ≤ 4 GB at m ≈ 32 000).
     A time counts only for a certified answer; other sizes set no target."""
-    from attnsvm.bench import svm_scale_table, targets
+    from attnsvm.harness.bench import svm_scale_table, targets
 
     rows = [_scale_row(7936, 256, 4.0), _scale_row(31744, 1024, 61.0, peak_mib=2048.0)]
     got = {t["name"]: t["met"] for t in targets({"svm_scale": rows})}
@@ -114,8 +114,8 @@ def test_bench_svm_scale_tiny_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     "not installed" instead of failing."""
     import sys
 
-    from attnsvm.bench import bench_svm_scale
-    from attnsvm.svm import CERTIFY_RTOL
+    from attnsvm.harness.bench import bench_svm_scale
+    from attnsvm.svm._solve import CERTIFY_RTOL
 
     monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn -> ImportError
     monkeypatch.setitem(sys.modules, "sklearn.svm", None)

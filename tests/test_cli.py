@@ -22,14 +22,14 @@ EPS = float(np.finfo(np.float64).eps)
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``python -m attnsvm.cli ARGS`` with the repository on the path and one BLAS thread."""
+    """``python -m attnsvm.harness.cli ARGS`` with the repository on the path and one BLAS thread."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env["COLUMNS"] = "120"
     return subprocess.run(
-        [sys.executable, "-m", "attnsvm.cli", *args],
+        [sys.executable, "-m", "attnsvm.harness.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -98,7 +98,7 @@ def good_instance() -> A.Instance:
 
 # -------------------------------------------------------------------------------- svm
 def test_svm_json_matches_api(data: dict[str, Path]) -> None:
-    from attnsvm.svm import solve_svm
+    from attnsvm.svm._solve import solve_svm
 
     proc = run_cli("svm", str(data["good"]), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -134,7 +134,7 @@ def test_svm_nuclear(data: dict[str, Path]) -> None:
 
 # --------------------------------------------------------------------------------- gd
 def test_gd_json_matches_api(data: dict[str, Path]) -> None:
-    from attnsvm.gd import run_gd
+    from attnsvm.gd._engine import run_gd
 
     proc = run_cli("gd", str(data["good"]), "--steps", "50", "--lr", "0.1", "--svm", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -146,7 +146,7 @@ def test_gd_json_matches_api(data: dict[str, Path]) -> None:
 
 
 def test_gd_plain_exponential_to_file(data: dict[str, Path], tmp_path: Path) -> None:
-    from attnsvm.gd import run_gd
+    from attnsvm.gd._engine import run_gd
 
     out = tmp_path / "gd.json"
     proc = run_cli(
@@ -207,10 +207,10 @@ def test_reproduce_writes_every_file(report: tuple[Path, dict, subprocess.Comple
 
 
 def test_results_json_agrees_with_api(report: tuple[Path, dict, subprocess.CompletedProcess[str]]) -> None:
-    from attnsvm import experiments as E
-    from attnsvm.gd import direction_gap, run_gd
+    from attnsvm.gd._engine import direction_gap, run_gd
+    from attnsvm.harness import experiments as E
     from attnsvm.lipschitz import lipschitz_bound
-    from attnsvm.svm import solve_svm
+    from attnsvm.svm._solve import solve_svm
 
     _, doc, _ = report
     seed = doc["meta"]["seed"]
@@ -261,7 +261,7 @@ def test_reproduce_failed_claim_exits_1(tmp_path: Path) -> None:
     registered through the documented hook, loaded with ATTNSVM_EXTRA_FAMILIES)."""
     plugin = tmp_path / "failing_family.py"
     plugin.write_text(
-        "from attnsvm.experiments import FamilyResult, register_family\n"
+        "from attnsvm.harness.experiments import FamilyResult, register_family\n"
         "@register_family('always_fails', 'Always fails', 'test hook', order=1)\n"
         "def fam(size, seed, jobs, device, progress):\n"
         "    r = FamilyResult('always_fails', 'Always fails', 'test hook')\n"
@@ -281,7 +281,7 @@ def test_reproduce_failed_claim_exits_1(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "attnsvm.cli",
+            "attnsvm.harness.cli",
             "reproduce",
             "--size",
             "tiny",
@@ -412,7 +412,7 @@ def test_error_paths_in_a_subprocess(data: dict[str, Path], case: str) -> None:
 
 def test_every_error_path_in_process(data: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     """``main(argv)`` on every error case: exit code 2, one error line, nothing on stdout."""
-    from attnsvm.cli import main
+    from attnsvm.harness.cli import main
 
     for name, (argv, fragments) in error_cases(data).items():
         try:
@@ -431,7 +431,7 @@ def test_gd_norm_of_a_huge_iterate_does_not_overflow(tmp_path: Path) -> None:
     """``norm_fro`` of an iterate with entries ~2^730 (squares overflow): the oracle is equivariance,
     X and z scaled by 2^-365 and v by 2^365 (token values unchanged) make the iterates exactly 2^730
     times the unit-scale ones (scale contract, GD engines), so the norm is 2^730 times the unit-scale norm."""
-    from attnsvm.cli import main
+    from attnsvm.harness.cli import main
 
     inst = good_instance()
     path = tmp_path / "tiny.npz"
@@ -452,7 +452,7 @@ def test_every_option_has_help_and_svm_gd_describe_the_npz() -> None:
     ``gd`` list the arrays of DATA.npz with their shapes."""
     import argparse
 
-    from attnsvm.cli import build_parser
+    from attnsvm.harness.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -484,8 +484,8 @@ def test_svm_summary_by_default_json_on_request(data: dict[str, Path]) -> None:
 def test_gd_compares_with_w_mm_of_alpha_like_svm(data: dict[str, Path]) -> None:
     """``gd --svm`` with alpha (from the npz, or ``--alpha``) reports the direction against W_mm(alpha);
     the oracle is the API: solve_svm(inst, alpha).W and direction_corr."""
-    from attnsvm.gd import direction_corr, run_gd
-    from attnsvm.svm import solve_svm
+    from attnsvm.gd._engine import direction_corr, run_gd
+    from attnsvm.svm._solve import solve_svm
 
     inst = good_instance()
     traj = run_gd(inst, steps=30, lr=0.1)
@@ -504,7 +504,7 @@ def test_gd_compares_with_w_mm_of_alpha_like_svm(data: dict[str, Path]) -> None:
 def test_reproduce_refuses_to_mix_runs_and_force_clears_an_earlier_report(tmp_path: Path) -> None:
     """A folder with files is refused (nothing computed); ``--force`` clears an earlier report (a folder
     with results.json) but never a folder that is not one."""
-    from attnsvm.cli import main
+    from attnsvm.harness.cli import main
 
     other = tmp_path / "other"
     other.mkdir()
@@ -527,8 +527,8 @@ def test_bench_marks_a_missed_target_in_output_and_exit_status(
 ) -> None:
     """The targets are judged from the measured rows (oracle: the thresholds written in the issue, 0.1 s,
     50×, 200×), and a missed one makes ``bench`` exit 1 naming it."""
-    from attnsvm import bench
-    from attnsvm.cli import main
+    from attnsvm.harness import bench
+    from attnsvm.harness.cli import main
 
     svm = [
         {"method": "dual", "d": 1024, "time_s": 0.25},
@@ -561,7 +561,7 @@ def test_check_reports_why_a_claim_failed(
     """``attnsvm check`` names a failed claim with its failing step and residual and its code check's
     error against the tolerance, and exits 1 (a report built by hand: the oracle is its own fields)."""
     from attnsvm import identities
-    from attnsvm.cli import main
+    from attnsvm.harness.cli import main
 
     proof = identities.ProofResult("toy", False, "x - 1", "d=2", ("2",), 1, 0.0)
     code = identities.CodeCheck("toy", 1e-3, 1e-12, "float64 rounding", (("grad", 1e-3, 1e-12),))

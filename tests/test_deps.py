@@ -17,7 +17,7 @@ import pytest
 import attnsvm as A
 from attnsvm._deps import EXTRA_OF, require
 from attnsvm.lipschitz import jacobian_norm
-from attnsvm.mirror import solve_lp_svm
+from attnsvm.peers._mirror import solve_lp_svm
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def _blocked(package: str, code: str) -> subprocess.CompletedProcess[str]:
         ("attnsvm.strategies", "hypothesis", "hypothesis"),
         ("attnsvm.peer_strategies", "hypothesis", "hypothesis"),
         ("attnsvm.identities", "sympy", "sympy"),
-        ("attnsvm.experiments", "mpmath", "sympy"),
+        ("attnsvm.harness.experiments", "mpmath", "sympy"),
     ],
 )
 def test_importing_an_extra_module_without_its_package_names_the_extra(
@@ -116,7 +116,7 @@ def test_importing_an_extra_module_without_its_package_names_the_extra(
 )
 def test_cli_commands_name_the_missing_extra(command: str, package: str, extra: str, tmp_path) -> None:
     args = [command, "--out", str(tmp_path / "r")] if command == "reproduce" else [command, "--tiny"]
-    out = _blocked(package, f"from attnsvm.cli import main; sys.exit(main({args!r}))")
+    out = _blocked(package, f"from attnsvm.harness.cli import main; sys.exit(main({args!r}))")
     assert out.returncode == 2, out.stderr
     assert (
         f"attnsvm {command}: error: MissingDependencyError" in out.stderr

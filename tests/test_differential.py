@@ -290,7 +290,7 @@ def _sdpa_grad(inst, W):
 def _mp_gradient(inst, W, dps=40):
     """The oracle: the logistic-risk gradient in mpmath (cancellation-free centring), as float64
     entries of ∇L/max|∇L| (a direction, exact even where ∇L underflows float64)."""
-    from attnsvm.families.autograd_saturation import mp_direction
+    from attnsvm.harness.families.autograd_saturation import mp_direction
 
     return mp_direction(inst, W, dps)
 
@@ -390,7 +390,7 @@ def test_naive_softmax_fails_at_the_underflowed_token():
     assert not rep.passed and rep.worst_at == (0, 2)
     assert got[0, 2] == 0.0 and oracle[0, 2] > 1e-40
     assert rep.errors[0, 1] > rep.bounds[0, 1]  # the subnormal one fails too
-    # The stable form (attnsvm.attention itself is the reference; the oracle rounded) passes.
+    # The stable form (attnsvm.model._attention itself is the reference; the oracle rounded) passes.
     assert compare_attention(lambda i, W_: oracle, inst, W).passed
     big = A.Instance(np.array([[[720.0], [700.0], [710.0]]]), np.ones(1), np.ones(1), z=np.ones((1, 1)))
     with pytest.raises(
@@ -602,8 +602,8 @@ def test_docs_example_runs(capsys):
 def test_autograd_saturation_family_tiny():
     """The reproduce family at the tiny size: runs, registers, and its check claim (attnsvm within the
     differential bound of the mpmath oracle) holds; autograd's error leaves 1e-6 somewhere in the sweep."""
-    from attnsvm.experiments import FAMILY_REGISTRY
-    from attnsvm.families.autograd_saturation import autograd_saturation_family
+    from attnsvm.harness.experiments import FAMILY_REGISTRY
+    from attnsvm.harness.families.autograd_saturation import autograd_saturation_family
 
     res = autograd_saturation_family("tiny", 0, 1, "cpu", lambda done, total: None)
     assert "autograd_saturation" in FAMILY_REGISTRY

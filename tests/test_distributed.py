@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attnsvm import experiments as E
-from attnsvm.checkpoint import encode_result
-from attnsvm.cli import main
-from attnsvm.distributed import (
+from attnsvm.harness import experiments as E
+from attnsvm.harness.checkpoint import encode_result
+from attnsvm.harness.cli import main
+from attnsvm.harness.distributed import (
     GD_ALIGN,
     GD_CHUNK,
     DistributedError,
@@ -39,7 +39,7 @@ from attnsvm.distributed import (
     check_scheduler,
     gd_chunk_bounds,
 )
-from attnsvm.instance import random_instance
+from attnsvm.model._instance import random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -68,7 +68,7 @@ def cli(
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(env_extra or {})
     return subprocess.run(
-        [sys.executable, "-m", "attnsvm.cli", *args],
+        [sys.executable, "-m", "attnsvm.harness.cli", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -275,7 +275,7 @@ SATURATED_NORM = 2e4
 
 @pytest.mark.xfail(
     strict=True,
-    reason="documented condition (attnsvm.distributed): run_gd_batch moves the whole batch to its "
+    reason="documented condition (attnsvm.harness.distributed): run_gd_batch moves the whole batch to its "
     "log-domain path when more than half of it is saturated, so a chunk of unsaturated instances "
     "(fast path) differs from the batch in the last bits. If this passes, the engine decides per "
     "instance: drop condition (i) from the docs and this marker.",
@@ -284,8 +284,8 @@ def test_gd_chunks_equal_the_batch_even_where_the_batch_saturates() -> None:
     """The one known case where an aligned chunk is not bitwise its batch (oracle: the whole batch):
     instances 0–31 start at W = 0, instances 32–95 saturated; the chunk [0, 32) alone takes the
     linear-domain path, the batch the log-domain one (measured difference 1.5e-16 relative)."""
-    from attnsvm.gd import run_gd_batch
-    from attnsvm.svm import solve_svm
+    from attnsvm.gd._engine import run_gd_batch
+    from attnsvm.svm._solve import solve_svm
 
     insts = [random_instance(3, 4, 5, seed=b, family="unit") for b in range(3 * GD_ALIGN)]
     W0 = np.zeros((len(insts), 5, 5))
@@ -302,7 +302,7 @@ def test_a_failing_chunk_names_the_instance_as_the_batch_does(cluster: Any) -> N
     run's error, the instance numbered in the whole batch (oracle: the serial run's message)."""
     distributed = need("distributed")
     from attnsvm.errors import NumericalError
-    from attnsvm.instance import Instance
+    from attnsvm.model._instance import Instance
 
     insts = [random_instance(3, 4, 5, seed=b, family="unit") for b in range(SPLIT_BATCH)]
     bad = SPLIT_BATCH - 5  # in the last chunk, whatever the cluster's size
@@ -344,7 +344,7 @@ def test_scheduler_errors_name_the_cause(
         check_scheduler("dask")
     monkeypatch.delitem(sys.modules, "distributed")
     need("distributed")
-    import attnsvm.distributed as D
+    import attnsvm.harness.distributed as D
 
     monkeypatch.setattr(D, "CONNECT_TIMEOUT_S", 1)
     with socket.socket() as s:  # a port nothing listens on

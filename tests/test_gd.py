@@ -10,7 +10,7 @@ import torch
 
 import attnsvm as A
 from attnsvm.errors import AttnSVMError, InvalidInstanceError, NumericalError
-from attnsvm.gd import (
+from attnsvm.gd._engine import (
     GDRecord,
     _settled,
     direction_corr,
@@ -21,7 +21,7 @@ from attnsvm.gd import (
     run_gd_batch,
     run_gd_kq,
 )
-from attnsvm.svm import is_locally_optimal, local_optimality_report, solve_svm
+from attnsvm.svm._solve import is_locally_optimal, local_optimality_report, solve_svm
 
 LOSSES = ("logistic", "exponential", "correlation")
 
@@ -274,8 +274,8 @@ def test_batched_fast_path_equals_log_domain_path_and_switches_per_instance(loss
     """The fast path is used while the weights are representable, the log-domain path after: same
     direction and log-norm to 1e-12 at every ||W||, including batches where only some instances
     have underflowing weights (the switch is per instance and per step)."""
-    from attnsvm.gd import _stack_instances, _TorchBatch
-    from attnsvm.losses import get_loss
+    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.model._losses import get_loss
 
     insts = [A.random_instance(4, 6, 8, seed=s, family=f) for s in range(4) for f in ("gaussian", "unit")]
     X, Y, z, v = _stack_instances(insts)
@@ -307,9 +307,9 @@ def test_batched_paths_handle_exactly_duplicated_selected_tokens(loss: str) -> N
     Regressions: a mean over three tied scores is not exact (``fl(fl(3γ)/3) ≠ γ``) and its ±1 ulp
     swamped the saturated weights (direction error 0.6); the log-domain path took the selected
     token's twin as runner-up, whose weight is 0, and returned a zero gradient."""
-    from attnsvm.gd import _stack_instances, _TorchBatch
-    from attnsvm.grad import normalized_risk_grad_of
-    from attnsvm.losses import get_loss
+    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.model._grad import normalized_risk_grad_of
+    from attnsvm.model._losses import get_loss
 
     insts = []
     for s in range(6):
@@ -557,7 +557,7 @@ def test_million_normalized_steps_keep_improving() -> None:
 
 def test_batched_custom_loss_without_log_derivative_equals_single() -> None:
     """A user loss with only value/derivative goes through the sign/log|ℓ'| path of both engines."""
-    from attnsvm.losses import Loss, logistic
+    from attnsvm.model._losses import Loss, logistic
 
     custom = Loss("logistic-no-log", logistic.value_fn, logistic.derivative_fn, logistic.assumptions)
     insts = [A.random_instance(4, 6, 8, seed=s) for s in range(3)]
@@ -792,7 +792,7 @@ def test_plain_kq_gd_divergence_raises() -> None:
 
 
 def test_pow2_factors_are_doubles_whose_product_is_two_to_the_k() -> None:
-    from attnsvm.gd import _pow2_factors
+    from attnsvm.gd._engine import _pow2_factors
 
     assert _pow2_factors(np.zeros(3, dtype=np.int64)) == []
     for k in (1, -7, 1000, -1000, 1001, 1600, -2100):
@@ -809,8 +809,8 @@ def test_batched_log_domain_path_scales_each_instance_by_its_own_gradient() -> N
     single-instance direction. Through the public API: one step of lr = 1 from W0 gives
     W_1 = W0 − D (D to ≤ eps·max|W0| ≈ 7e-17 from W0 − W_1), and the record at step 0 holds
     log10||∇L(W0)||."""
-    from attnsvm.grad import normalized_risk_grad_of
-    from attnsvm.losses import logistic
+    from attnsvm.model._grad import normalized_risk_grad_of
+    from attnsvm.model._losses import logistic
 
     a, b = A.random_instance(4, 6, 8, seed=0), A.random_instance(4, 6, 8, seed=1)
     b = A.Instance(X=b.X, Y=b.Y, z=b.z, v=1e-200 * b.v)
@@ -827,13 +827,13 @@ def test_batched_log_domain_path_scales_each_instance_by_its_own_gradient() -> N
 class _DuckLogistic:
     """A loss that is not an attnsvm Loss: only value(u), derivative(u) and assumptions."""
 
-    assumptions = A.losses.logistic.assumptions
+    assumptions = A.model._losses.logistic.assumptions
 
     def value(self, u: object) -> object:
-        return A.losses.logistic.value(u)
+        return A.model._losses.logistic.value(u)
 
     def derivative(self, u: object) -> object:
-        return A.losses.logistic.derivative(u)
+        return A.model._losses.logistic.derivative(u)
 
 
 def test_batched_duck_typed_loss_equals_single() -> None:
@@ -856,7 +856,7 @@ def test_batched_names_a_custom_loss_derivative_that_is_not_finite() -> None:
 
 def test_torch_device_checks_the_cuda_index_against_the_device_count(monkeypatch: pytest.MonkeyPatch) -> None:
     # A machine with exactly one CUDA device (simulated: only the availability queries are patched).
-    from attnsvm.gd import _torch_device
+    from attnsvm.gd._engine import _torch_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -920,9 +920,9 @@ def test_batched_fast_path_hands_overflowing_weights_to_the_log_domain() -> None
     """Exponential loss with v scaled so that min_i Y_i f_i(0) = −705: ℓ' ~ e^705 ≈ 1e306 times
     score differences ~1e3 overflow the linear-domain weights; the direction (log||∇L|| ≈ 712, a
     gradient beyond float64) must still be the single-instance log-domain one."""
-    from attnsvm.gd import _stack_instances, _TorchBatch
-    from attnsvm.grad import normalized_risk_grad_of
-    from attnsvm.losses import exponential
+    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.model._grad import normalized_risk_grad_of
+    from attnsvm.model._losses import exponential
 
     insts = []
     for s in range(2):
@@ -984,8 +984,8 @@ def test_batched_engine_retries_the_fast_path_every_log_retry_calls() -> None:
     use it for the whole batch, retrying the fast path every LOG_RETRY calls. Call 1 at a saturated W
     (gradient ~1e-400: the fast path fails for every instance), then W = 0 (the fast path works):
     calls 2…LOG_RETRY stay on the log path, call LOG_RETRY + 1 is fast again."""
-    from attnsvm.gd import _stack_instances, _TorchBatch
-    from attnsvm.losses import logistic
+    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.model._losses import logistic
 
     insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
     X, Y, z, v = _stack_instances(insts)
@@ -1005,9 +1005,9 @@ def test_batched_mixed_step_scales_an_accepted_instance_with_a_tiny_gradient() -
     """One batch, three instances at once: O(1) values, values ~1e-200 (accepted by the fast path:
     weights ~1e-200 ≥ FAST_MIN_WEIGHT, but ||G|| ~ 1e-200 is outside the unscaled norm's safe range),
     and a saturated one (||W|| = 1000: the log-domain path). Each equals the single-instance direction."""
-    from attnsvm.gd import _stack_instances, _TorchBatch
-    from attnsvm.grad import normalized_risk_grad_of
-    from attnsvm.losses import logistic
+    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.model._grad import normalized_risk_grad_of
+    from attnsvm.model._losses import logistic
 
     a, b, c = (A.random_instance(4, 6, 8, seed=s) for s in range(3))
     b = A.Instance(X=b.X, Y=b.Y, z=b.z, v=1e-200 * b.v)
@@ -1064,8 +1064,8 @@ def test_regularization_path_point_inside_the_ball_has_no_kkt_residual() -> None
 
 def test_batched_engine_step_is_one_normalized_gd_step() -> None:
     # step_(W, lr): W ← W − lr·D in place (D the unit direction at W), returning log||∇L(W)||.
-    from attnsvm.gd import _stack_instances, _TorchBatch
-    from attnsvm.losses import logistic
+    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.model._losses import logistic
 
     insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
     X, Y, z, v = _stack_instances(insts)

@@ -15,7 +15,7 @@ import torch
 
 import attnsvm as A
 from attnsvm.errors import InvalidInstanceError, NumericalError
-from attnsvm.grad import risk_grad_textbook
+from attnsvm.model._grad import risk_grad_textbook
 
 EPS = np.finfo(np.float64).eps
 mpmath.mp.dps = 50
@@ -500,7 +500,7 @@ def test_subnormal_gradient_of_a_misclassified_point_is_refused(n, zq):
     n times (the mean gradient is that of one copy): by the docstring's formula (60-digit mpmath)
     ||∇L|| = 4e^{24}·zq ≈ 1.1e-309 / 1.1e-308, subnormal. risk_grad must refuse with GradientRangeError
     carrying log||∇L||, not return subnormal digits, however large ℓ' or n is."""
-    from attnsvm.grad import GradientRangeError
+    from attnsvm.model._grad import GradientRangeError
 
     inst = A.Instance(
         np.tile(np.array([[[1.0], [2.0]]]), (n, 1, 1)), np.ones(n), np.array([-16.0]), np.full((n, 1), zq)
@@ -614,7 +614,7 @@ def test_subnormal_gradient_with_a_huge_loss_derivative_is_refused():
     (itself subnormal), query 1e-16: ∇L ≈ 5.6e-310 (60-digit mpmath from the float64 inputs), subnormal.
     However large |ℓ'|·|a|·|x|·|z| is, risk_grad must refuse with GradientRangeError (its log_norm the
     mpmath value), never return the plain product's subnormal digits."""
-    from attnsvm.grad import GradientRangeError
+    from attnsvm.model._grad import GradientRangeError
 
     X = np.array([[[1.0], [2.0]]])
     zq, v, w = 1e-16, -16.0, 7.1e18
@@ -709,7 +709,7 @@ def test_overflowing_logit_gap_with_a_huge_loss_derivative_is_undetermined() -> 
         with pytest.raises(NumericalError) as ei:
             fn(inst, np.array([[1e308]]), "exponential")
         assert str(ei.value) == msg
-        assert not isinstance(ei.value, A.grad.GradientRangeError)
+        assert not isinstance(ei.value, A.model._grad.GradientRangeError)
 
 
 def test_overflowing_logit_gap_refusal_names_the_underflow_and_the_range() -> None:
@@ -726,7 +726,7 @@ def test_overflowing_logit_gap_refusal_names_the_underflow_and_the_range() -> No
         (A.risk_grad, "Scale W down"),
         (A.normalized_risk_grad, "Scale W down: the direction is then defined by representable weights"),
     ):
-        with pytest.raises(A.grad.GradientRangeError) as ei:
+        with pytest.raises(A.model._grad.GradientRangeError) as ei:
             fn(inst, np.array([[1e308]]))
         assert str(ei.value) == head + tail
         assert ei.value.log_norm == -np.inf

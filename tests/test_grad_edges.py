@@ -1,6 +1,6 @@
-"""`attnsvm.grad` at its edges: boundary cases, exact small instances and documented messages.
+"""`attnsvm.model._grad` at its edges: boundary cases, exact small instances and documented messages.
 
-Each test pins one documented behaviour of :mod:`attnsvm.grad` against an independent oracle (an exact
+Each test pins one documented behaviour of :mod:`attnsvm.model._grad` against an independent oracle (an exact
 value for a hand-built instance, mpmath, scale equivariance by powers of two, an exact certificate, or
 the documented error text).
 """
@@ -15,7 +15,7 @@ import pytest
 
 import attnsvm as A
 from attnsvm.errors import NumericalError
-from attnsvm.grad import GradientRangeError
+from attnsvm.model._grad import GradientRangeError
 from attnsvm.scaling import FLOAT_TINY
 
 #: mpmath working precision of the oracle: the gradients below are ~2^-1000 with weights down to

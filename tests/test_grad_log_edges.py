@@ -1,6 +1,6 @@
 """The log-domain gradient and the risk at their edges: boundary cases, exact small instances and documented messages.
 
-Each test pins one documented behaviour of :mod:`attnsvm.grad` against an independent oracle (an exact
+Each test pins one documented behaviour of :mod:`attnsvm.model._grad` against an independent oracle (an exact
 value for a hand-built instance, mpmath, scale equivariance by powers of two, an exact certificate, or
 the documented error text).
 """
@@ -15,8 +15,8 @@ import pytest
 
 import attnsvm as A
 from attnsvm.errors import NumericalError
-from attnsvm.grad import signed_log_derivative
-from attnsvm.losses import get_loss
+from attnsvm.model._grad import signed_log_derivative
+from attnsvm.model._losses import get_loss
 from attnsvm.scaling import LOG_FLOAT_MAX
 
 EPS = float(np.finfo(np.float64).eps)

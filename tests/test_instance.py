@@ -16,7 +16,7 @@ from attnsvm.errors import (
     TiedScoresError,
     UnknownNameError,
 )
-from attnsvm.instance import TIE_RTOL
+from attnsvm.model._instance import TIE_RTOL
 
 
 def _data(n=3, T=4, d=5, seed=0):
@@ -165,7 +165,7 @@ def test_import_does_not_load_torch():
     import subprocess
     import sys
 
-    code = "import sys, attnsvm, attnsvm.cli; print('torch' in sys.modules)"
+    code = "import sys, attnsvm, attnsvm.harness.cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
 
@@ -297,7 +297,7 @@ def test_split_rows_scales_each_row_by_its_own_power_of_two():
     """Hand-derived: row (3, 1) has largest entry 3 = 0.75·2^2, so it becomes (0.75, 0.25) with e = 2;
     the zero row keeps e = 0. The default is one leading axis (per row), the result float64 even
     for small integer input, and an empty block counts as all-zero."""
-    from attnsvm.instance import split_rows
+    from attnsvm.model._instance import split_rows
 
     a = np.array([[3, 1], [0, 0], [-1, 0]], dtype=np.int8)
     scaled, e = split_rows(a)

@@ -1,6 +1,6 @@
-"""`attnsvm.joint` at its edges: boundary cases, exact small instances and documented messages.
+"""`attnsvm.peers._joint` at its edges: boundary cases, exact small instances and documented messages.
 
-Each test pins one documented behaviour of :mod:`attnsvm.joint` against an independent oracle (an exact
+Each test pins one documented behaviour of :mod:`attnsvm.peers._joint` against an independent oracle (an exact
 value for a hand-built instance, mpmath, scale equivariance by powers of two, an exact certificate, or
 the documented error text).
 """
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm import joint as J
 from attnsvm.errors import InfeasibleSVMError, NumericalError
-from attnsvm.svm import CERTIFY_RTOL
+from attnsvm.peers import _joint as J
+from attnsvm.svm._solve import CERTIFY_RTOL
 
 #: The scale contract's refusals all end with float64's normal range (attnsvm.scaling.range_error).
 RANGE = "float64's normal range [2.2e-308, 1.8e308]"
-#: The certified min-norm solver's documented relative accuracy (attnsvm.svm.min_norm_dual).
+#: The certified min-norm solver's documented relative accuracy (attnsvm.svm._solve.min_norm_dual).
 SOLVER_RTOL = CERTIFY_RTOL
 
 

@@ -11,7 +11,7 @@ import torch
 
 import attnsvm as A
 from attnsvm.errors import AttnSVMError, NumericalError, UnknownNameError
-from attnsvm.losses import LossLike, get_loss
+from attnsvm.model._losses import LossLike, get_loss
 
 EPS = np.finfo(np.float64).eps
 #: value and derivative are a handful of correctly rounded operations (exp, log1p, one
@@ -116,8 +116,8 @@ def _gauss_loss():
     """ℓ(u) = e^{−u²/2}, ℓ'(u) = −u·e^{−u²/2}: a custom loss with no log form, decreasing only for u > 0."""
     return A.Loss(
         "gauss",
-        lambda u: A.losses._xp(u).exp(-(u**2) / 2),
-        lambda u: -u * A.losses._xp(u).exp(-(u**2) / 2),
+        lambda u: A.model._losses._xp(u).exp(-(u**2) / 2),
+        lambda u: -u * A.model._losses._xp(u).exp(-(u**2) / 2),
         A.LossAssumptions(False, True, True, True),
     )
 
@@ -185,7 +185,7 @@ def test_exponential_refusal_states_the_size_of_the_overflow():
 def test_exponential_is_returned_up_to_the_largest_double():
     # u = −log(1.797...e308) rounded: e^{−u} is the largest finite double (mpmath), not a refusal;
     # the next double below u overflows float64.
-    from attnsvm.losses import EXP_OVERFLOW
+    from attnsvm.model._losses import EXP_OVERFLOW
 
     u = np.array([-EXP_OVERFLOW])
     expected = float(mpmath.exp(mpmath.mpf(EXP_OVERFLOW)))

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 
 import attnsvm as A
-from attnsvm import mirror as M
 from attnsvm.errors import AttnSVMError, InfeasibleSVMError, NumericalError
-from attnsvm.gd import direction_gap, run_gd
+from attnsvm.gd._engine import direction_gap, run_gd
 from attnsvm.peer_strategies import p_norms
-from attnsvm.svm import solve_svm
-from attnsvm.toys import LP_TOY_P, lp_toy
+from attnsvm.peers import _mirror as M
+from attnsvm.peers._toys import LP_TOY_P, lp_toy
+from attnsvm.svm._solve import solve_svm
 
 EPS = np.finfo(np.float64).eps
 

@@ -1,6 +1,6 @@
-"""`attnsvm.mirror` at its edges: boundary cases, exact small instances and documented messages.
+"""`attnsvm.peers._mirror` at its edges: boundary cases, exact small instances and documented messages.
 
-Each test pins one documented behaviour of :mod:`attnsvm.mirror` against an independent oracle (an exact
+Each test pins one documented behaviour of :mod:`attnsvm.peers._mirror` against an independent oracle (an exact
 value for a hand-built instance, mpmath, scale equivariance by powers of two, an exact certificate, or
 the documented error text).
 
@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm import mirror as M
 from attnsvm.errors import AttnSVMError, NumericalError
+from attnsvm.peers import _mirror as M
 
 EPS = float(np.finfo(np.float64).eps)
 FLOAT_TINY = float(np.finfo(np.float64).tiny)  # 2^−1022, the smallest normal double
@@ -95,7 +95,7 @@ def _closed_form(t: int, lr: float) -> dict[str, mpmath.mpf]:
 
 def _bregman_oracle(R: np.ndarray, W: np.ndarray, p: float) -> mpmath.mpf:
     """``D_ψ(a, b) = Σ (1/p)|a|^p + ((p−1)/p)|b|^p − sign(b)|b|^{p−1}a`` of the ℓp-unit directions,
-    straight from the definition (module docstring of :mod:`attnsvm.mirror`) in mpmath."""
+    straight from the definition (module docstring of :mod:`attnsvm.peers._mirror`) in mpmath."""
     mp = mpmath.mpf
     pp = mp(p)
     a = [mp(float(x)) for x in np.ravel(R)]
@@ -181,7 +181,7 @@ def test_map_refusals_report_the_entry_that_leaves_the_range():
 
 
 def test_maps_and_bregman_name_their_bad_argument():
-    """Oracle: the documented input-validation text (attnsvm.instance.as_real_array) with the
+    """Oracle: the documented input-validation text (attnsvm.model._instance.as_real_array) with the
     argument's own name, as the signatures spell it (W, U, reference, W)."""
     nan_at_0 = "must be finite; found nan at index (0,). Remove or impute NaN/Inf entries first."
     inf_at_1 = "must be finite; found inf at index (1,). Remove or impute NaN/Inf entries first."
@@ -310,7 +310,7 @@ def test_reference_is_validated_by_name():
 
 
 # ------------------------------------------------- the dual state at any size (issue 13 §1)
-#: The engine's documented p range: p − 1 ∈ [2^−9, 2^9] (attnsvm.mirror.ENGINE_P_BITS, docstring).
+#: The engine's documented p range: p − 1 ∈ [2^−9, 2^9] (attnsvm.peers._mirror.ENGINE_P_BITS, docstring).
 P_LOW, P_HIGH = 1.0 + 2.0**-9, 1.0 + 2.0**9
 #: Relative error of an iterate W = U^{1/(p−1)} at p = 1 + 2^−9: the power 1/(p − 1) = 512 is the
 #: condition number of the inverse map, so the dual entry's error (≤ ITERATE_RTOL, as above: W_0's

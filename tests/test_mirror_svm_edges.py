@@ -1,6 +1,6 @@
-"""`attnsvm.mirror` at its edges: boundary cases, exact small instances and documented messages.
+"""`attnsvm.peers._mirror` at its edges: boundary cases, exact small instances and documented messages.
 
-Each test pins one documented behaviour of :mod:`attnsvm.mirror` against an independent oracle (an exact
+Each test pins one documented behaviour of :mod:`attnsvm.peers._mirror` against an independent oracle (an exact
 value for a hand-built instance, mpmath, scale equivariance by powers of two, an exact certificate, or
 the documented error text).
 
@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm import mirror as M
 from attnsvm.errors import AttnSVMError, NumericalError, SolverError
+from attnsvm.peers import _mirror as M
 
 #: Every test here takes < 2 s; a hang (a line search that never ends) must fail, not stall the suite.
 pytestmark = pytest.mark.timeout(60)

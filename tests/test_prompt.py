@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnsvm as A
-from attnsvm import prompt as P
 from attnsvm.errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError
-from attnsvm.grad import CANCELLED_MESSAGE
+from attnsvm.model._grad import CANCELLED_MESSAGE
 from attnsvm.peer_strategies import prompt_instances
-from attnsvm.svm import CERTIFY_RTOL, solve_svm
-from attnsvm.toys import PROMPT_TOY_LR, PROMPT_TOY_Y0, prompt_toy
+from attnsvm.peers import _prompt as P
+from attnsvm.peers._toys import PROMPT_TOY_LR, PROMPT_TOY_Y0, prompt_toy
+from attnsvm.svm._solve import CERTIFY_RTOL, solve_svm
 
 EPS = np.finfo(np.float64).eps
 #: Central differences with step h: truncation O(h²·|L'''|) ≈ 1e-12 plus rounding eps·|L|/h ≈ 2e-10

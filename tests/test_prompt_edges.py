@@ -1,6 +1,6 @@
-"""`attnsvm.prompt` at its edges: boundary cases, exact small instances and documented messages.
+"""`attnsvm.peers._prompt` at its edges: boundary cases, exact small instances and documented messages.
 
-Each test pins one documented behaviour of :mod:`attnsvm.prompt` against an independent oracle (an exact
+Each test pins one documented behaviour of :mod:`attnsvm.peers._prompt` against an independent oracle (an exact
 value for a hand-built instance, mpmath, scale equivariance by powers of two, an exact certificate, or
 the documented error text).
 """
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from attnsvm import InfeasibleSVMError, Instance, InvalidInstanceError, NumericalError
-from attnsvm.losses import Loss, logistic
-from attnsvm.prompt import (
+from attnsvm.model._losses import Loss, logistic
+from attnsvm.peers._prompt import (
     core_risk,
     normalized_prompt_grad,
     prompt_attention,

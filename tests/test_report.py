@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm import experiments as E
-from attnsvm.report import failed_claims, summary_rows, to_jsonable, write_report
+from attnsvm.harness import experiments as E
+from attnsvm.harness.report import failed_claims, summary_rows, to_jsonable, write_report
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def test_missing_module_is_not_available(tmp_path: Path, registry: dict[str, E.F
         "ghost", "Ghost", "needs a module that does not exist", requires=("attnsvm.no_such_module:solve",)
     )(_toy)
     E.register_family(
-        "ghost2", "Ghost 2", "needs a missing attribute", requires=("attnsvm.grad:no_such_fn",)
+        "ghost2", "Ghost 2", "needs a missing attribute", requires=("attnsvm.model._grad:no_such_fn",)
     )(_toy)
     results = E.run_families("tiny", names=["ghost", "ghost2"])
     assert [r.available for r in results] == [False, False]
@@ -187,7 +187,7 @@ def test_module_that_fails_to_import_is_a_failure(
 ) -> None:
     """A required module that exists but cannot be imported is a bug, reported as a failed check
     (not hidden as 'not available')."""
-    (tmp_path / "attnsvm_broken_plugin.py").write_text("from attnsvm.grad import no_such_name\n")
+    (tmp_path / "attnsvm_broken_plugin.py").write_text("from attnsvm.model._grad import no_such_name\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     E.register_family("broken", "Broken", "its module is broken", requires=("attnsvm_broken_plugin:x",))(_toy)
     (res,) = E.run_families("tiny", names=["broken"])
@@ -213,8 +213,8 @@ def _candidate(seed: int) -> dict:
 def test_counterexample_confirmation_separates_artefacts_from_survivors():
     """Seed 20000 is not locally optimal at step 1000 but changes tokens by step 10⁴ (an artefact of
     the finite horizon); seed 20031 keeps its non-locally-optimal tokens and keeps diverging."""
-    from attnsvm.experiments import _confirm_counterexamples
-    from attnsvm.svm import is_locally_optimal
+    from attnsvm.harness.experiments import _confirm_counterexamples
+    from attnsvm.svm._solve import is_locally_optimal
 
     artefact, survivor = _candidate(20000), _candidate(20031)
     for c in (artefact, survivor):
@@ -272,7 +272,7 @@ def cheap_results() -> dict[str, E.FamilyResult]:
 
 
 def _drawn(fig: E.Figure) -> Any:
-    from attnsvm.report import draw_figure
+    from attnsvm.harness.report import draw_figure
 
     return draw_figure(fig)
 
@@ -308,7 +308,7 @@ def test_cheap_families_html_prose(
 ) -> None:
     """Oracle: the stdlib HTML parser on the report of real runs (claims, captions, descriptions).
     The figures' pixels are not under test here: they are written as empty files."""
-    import attnsvm.report as report_mod
+    import attnsvm.harness.report as report_mod
 
     monkeypatch.setattr(report_mod, "render_figure", lambda fig, path: path.write_bytes(b""))
     write_report(list(cheap_results.values()), tmp_path, {"size": "tiny"})
@@ -409,7 +409,7 @@ def test_multitoken_points_show_their_run_counts(cheap_results: dict[str, E.Fami
 def test_svm_times_exclude_each_methods_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """Oracle: an injected cost. The first call of each (norm, method) sleeps WARMUP_S; no timed
     solve may include it, and the first-call times reported apart must."""
-    import attnsvm.svm as svm_mod
+    import attnsvm.svm._solve as svm_mod
 
     WARMUP_S = 0.25  # far above a tiny solve (ms), far below the test's budget
     real = svm_mod.solve_svm
@@ -472,8 +472,8 @@ def test_toys_figures_mark_targets_ends_and_coinciding_runs(monkeypatch: pytest.
     )
     res = E.run_family(E.FAMILY_REGISTRY["toys"], "tiny", 0)
     prompt, conv = res.figures
-    from attnsvm.prompt import solve_prompt_svm
-    from attnsvm.toys import prompt_toy
+    from attnsvm.peers._prompt import solve_prompt_svm
+    from attnsvm.peers._toys import prompt_toy
 
     for panel, key in zip(prompt.panels, ("c=0.9", "c=0.0"), strict=True):
         finals = {r["final_token"] for r in res.tables["prompt"] if r["toy"] == key}

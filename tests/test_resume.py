@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attnsvm import experiments as E
-from attnsvm.checkpoint import (
+from attnsvm.harness import experiments as E
+from attnsvm.harness.checkpoint import (
     FAMILIES_DIR,
     MANIFEST_FILE,
     CheckpointError,
@@ -30,7 +30,7 @@ from attnsvm.checkpoint import (
     encode_result,
     run_settings,
 )
-from attnsvm.cli import main
+from attnsvm.harness.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Two families that take well under a second at size tiny.
@@ -44,7 +44,7 @@ KILL_WAIT_S = 120
 # finishes: the run is killed while it waits, i.e. after the cheap families and before the end.
 GATE_FAMILY = """
 import os, time
-from attnsvm.experiments import FamilyResult, register_family
+from attnsvm.harness.experiments import FamilyResult, register_family
 
 @register_family("gated", "Gated", "waits for $ATTNSVM_TEST_GATE", order=10_000)
 def gated(size, seed, jobs, device, progress):
@@ -97,7 +97,7 @@ def cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.Popen
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(env_extra or {})
     return subprocess.Popen(
-        [sys.executable, "-m", "attnsvm.cli", *args],
+        [sys.executable, "-m", "attnsvm.harness.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

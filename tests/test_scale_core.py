@@ -16,7 +16,7 @@ import pytest
 
 import attnsvm as A
 from attnsvm.errors import NumericalError, TiedScoresError
-from attnsvm.grad import GradientRangeError
+from attnsvm.model._grad import GradientRangeError
 from attnsvm.scaling import FLOAT_MAX, FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY
 
 EPS = float(np.finfo(np.float64).eps)

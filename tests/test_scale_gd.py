@@ -1,6 +1,6 @@
 """The scale contract of the GD engines (issue 13 §1): right answer or a NumericalError naming the range.
 
-Every engine computes on the data rescaled by exact powers of two (``attnsvm.gd._Scaled``: ``X'``,
+Every engine computes on the data rescaled by exact powers of two (``attnsvm.gd._engine._Scaled``: ``X'``,
 ``z'`` of order one, ``v' = v·2^ex`` so the token values are unchanged, ``W' = W·2^k``), so the data's
 magnitude alone never overflows or underflows an intermediate; what remains out of range is the
 answer itself (an iterate, the logits ``x_itᵀ W z_i``, the token values ``vᵀx_it``), and that is
@@ -28,7 +28,7 @@ import pytest
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import AttnSVMError, NumericalError
-from attnsvm.gd import (
+from attnsvm.gd._engine import (
     direction_corr,
     direction_gap,
     fit_rate,
@@ -62,7 +62,7 @@ def test_cli_gd_at_1e200_names_the_logit_overflow(tmp_path: Path) -> None:
     path = tmp_path / "big.npz"
     np.savez(path, X=inst.X * 1e200, Y=inst.Y, v=inst.v, z=inst.z * 1e200)
     proc = subprocess.run(
-        [sys.executable, "-m", "attnsvm.cli", "gd", str(path), "--steps", "50", "--lr", "0.1"],
+        [sys.executable, "-m", "attnsvm.harness.cli", "gd", str(path), "--steps", "50", "--lr", "0.1"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm import joint as J
-from attnsvm import mirror as M
-from attnsvm import multitoken as MT
-from attnsvm import prompt as P
 from attnsvm.errors import NumericalError
-from attnsvm.toys import joint_toy
+from attnsvm.peers import _joint as J
+from attnsvm.peers import _mirror as M
+from attnsvm.peers import _multitoken as MT
+from attnsvm.peers import _prompt as P
+from attnsvm.peers._toys import joint_toy
 
 EPS = float(np.finfo(np.float64).eps)
 #: The scaled and unscaled computations run on the same power-of-two mantissas, so they agree to

@@ -26,15 +26,15 @@ import numpy as np
 import pytest
 
 from attnsvm.errors import InfeasibleSVMError, NumericalError, SolverError
-from attnsvm.instance import Instance
-from attnsvm.svm import CERTIFY_RTOL, local_optimality_report, min_norm_dual, solve_svm
+from attnsvm.model._instance import Instance
+from attnsvm.svm._solve import CERTIFY_RTOL, local_optimality_report, min_norm_dual, solve_svm
 
 ROOT = Path(__file__).resolve().parents[1]
 DECIMAL_RTOL = 4 * CERTIFY_RTOL
 POW2_RTOL = 2 * CERTIFY_RTOL
 #: Nuclear norm: the SDP solve is accurate to Clarabel's tolerances (1e-8) times the conditioning;
 #: the unit-row reformulation makes the scaled and unscaled SDPs the same up to one rounding per entry,
-#: so they agree to the solver's accuracy (NUC_SUPPORT_TOL = 1e-6 in attnsvm.svm).
+#: so they agree to the solver's accuracy (NUC_SUPPORT_TOL = 1e-6 in attnsvm.svm._solve).
 NUC_RTOL = 1e-6
 #: ...but W itself only to about √(1e-8) = 1e-4: the nuclear norm is not strongly convex, so an
 #: objective within 1e-8 of optimal pins W down only to the square root (measured here: 2.9e-6).
@@ -84,7 +84,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("OMP_NUM_THREADS", "1")
     return subprocess.run(
-        [sys.executable, "-m", "attnsvm.cli", *args],
+        [sys.executable, "-m", "attnsvm.harness.cli", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -210,7 +210,8 @@ def test_pow2_split_of_zero_empty_and_ints() -> None:
 
 def test_pow2_split_has_one_home() -> None:
     """The helper lives in attnsvm.scaling; instance.pow2_split and prompt.mantissa are re-exports."""
-    from attnsvm import instance, prompt
+    from attnsvm.model import _instance as instance
+    from attnsvm.peers import _prompt as prompt
 
     assert instance.pow2_split is sc.pow2_split and prompt.mantissa is sc.pow2_split
 

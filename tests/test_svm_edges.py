@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm import svm as S
 from attnsvm.errors import (
     InfeasibleSVMError,
     InvalidInstanceError,
@@ -26,8 +25,9 @@ from attnsvm.errors import (
     SolverError,
     UnknownNameError,
 )
-from attnsvm.instance import TIE_RTOL
-from attnsvm.svm import CERTIFY_RTOL, SUPPORT_RTOL, InfeasibleMinNormError, min_norm_dual, solve_svm
+from attnsvm.model._instance import TIE_RTOL
+from attnsvm.svm import _solve as S
+from attnsvm.svm._solve import CERTIFY_RTOL, SUPPORT_RTOL, InfeasibleMinNormError, min_norm_dual, solve_svm
 
 #: Two certified solutions (each to CERTIFY_RTOL relative) of the same problem agree to 2·CERTIFY_RTOL.
 AGREE_RTOL = 2 * CERTIFY_RTOL
@@ -958,7 +958,7 @@ def _near_tie(gap: float) -> A.Instance:
 
 
 def test_score_difference_against_the_tie_tolerance():
-    # TIE_RTOL = 64 eps (documented in attnsvm.instance): a gap of 128 eps is strict, one of 32 eps a tie.
+    # TIE_RTOL = 64 eps (documented in attnsvm.model._instance): a gap of 128 eps is strict, one of 32 eps a tie.
     assert A.local_optimality_report(_near_tie(2 * TIE_RTOL), [0]).locally_optimal
     rep = A.local_optimality_report(_near_tie(TIE_RTOL / 2), [0])
     assert rep.feasible and not rep.locally_optimal and rep.violating == ((0, 1),)

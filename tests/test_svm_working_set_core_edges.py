@@ -1,13 +1,13 @@
-"""`attnsvm.svm_working_set` at its edges: boundary cases, exact small instances and documented behaviour.
+"""`attnsvm.svm._working_set` at its edges: boundary cases, exact small instances and documented behaviour.
 
-Each test pins one documented behaviour of :mod:`attnsvm.svm_working_set` against an independent oracle
+Each test pins one documented behaviour of :mod:`attnsvm.svm._working_set` against an independent oracle
 (an exact certificate checked from scratch, a hand-solved instance, the dense dual solver on the same
 problem, scale equivariance by powers of two, or the documented error text).
 
 This file covers the inner half of the solver: the ``K`` blocks (``_Rows``), the Cholesky factor with
 its block updates (``_GramCholesky``, ``_principal_block``), block principal pivoting (``_bpp``) and the
 condition number behind ``error_bound`` (``_cond_KFF``). Where a behaviour is visible through
-:func:`~attnsvm.svm_working_set.solve_svm_working_set` (the path named in ``solver``, the pivot count in
+:func:`~attnsvm.svm._working_set.solve_svm_working_set` (the path named in ``solver``, the pivot count in
 ``iterations``, ``error_bound``) the test goes through it; the factor's documented invariants
 (``RᵀR = K_FF`` in the documented row order, the refusal rule) are checked on the private class against
 the unit-row Gram matrix built independently from the public :func:`attnsvm.svm_gram`.
@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-import attnsvm.svm_working_set as ws
-from attnsvm.svm import CERTIFY_RTOL, _pairs_alpha, _unit_svm, solve_svm
-from attnsvm.svm_working_set import solve_svm_working_set
+import attnsvm.svm._working_set as ws
+from attnsvm.svm._solve import CERTIFY_RTOL, _pairs_alpha, _unit_svm, solve_svm
+from attnsvm.svm._working_set import solve_svm_working_set
 
 EPS = float(np.finfo(np.float64).eps)
 #: Two certified solutions are each within CERTIFY_RTOL (relative, Frobenius) of the unique W_mm (the

@@ -11,7 +11,7 @@ import pytest
 
 import attnsvm as A
 from attnsvm.errors import InvalidInstanceError, NumericalError
-from attnsvm.tensor import svm_margins
+from attnsvm.model._tensor import svm_margins
 
 #: products of O(1) entries summed over ≤ 64 terms: absolute error ≤ 64·eps·Σ|terms| ≈ 1e-13.
 SUM_ATOL = 1e-12

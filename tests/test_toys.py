@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnsvm import toys as T
 from attnsvm.errors import AttnSVMError
-from attnsvm.gd import direction_gap, run_gd
-from attnsvm.svm import CERTIFY_RTOL, is_locally_optimal, solve_svm
+from attnsvm.gd._engine import direction_gap, run_gd
+from attnsvm.peers import _toys as T
+from attnsvm.svm._solve import CERTIFY_RTOL, is_locally_optimal, solve_svm
 
 
 @pytest.mark.parametrize("c", T.PROMPT_TOY_C)

@@ -66,14 +66,17 @@ def main() -> int:
         path = Path(tmp) / "inst.npz"
         np.savez(path, X=inst.X, Y=inst.Y, v=inst.v, z=inst.z)
         out = subprocess.run(
-            [sys.executable, "-m", "attnsvm.cli", "svm", str(path)],
+            [sys.executable, "-m", "attnsvm.harness.cli", "svm", str(path)],
             capture_output=True,
             text=True,
             check=False,
         )
         assert out.returncode == 0 and "certified: yes" in out.stdout, out.stdout + out.stderr
         out = subprocess.run(
-            [sys.executable, "-m", "attnsvm.cli", "reproduce"], capture_output=True, text=True, check=False
+            [sys.executable, "-m", "attnsvm.harness.cli", "reproduce"],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert out.returncode == 2 and "attnsvm[report]" in out.stderr, out.stderr
 

@@ -9,7 +9,7 @@ must never be copied by hand, because copies go stale:
   page listing each module with the first line of its docstring (read with ``ast``: nothing is
   imported);
 * the **command line**: ``docs/cli.md`` holds the marker ``<!-- gen:cli-help -->``, replaced by the
-  ``--help`` text of ``attnsvm`` and of each subcommand, taken from ``attnsvm.cli.build_parser()``;
+  ``--help`` text of ``attnsvm`` and of each subcommand, taken from ``attnsvm.harness.cli.build_parser()``;
 * the **benchmarks**: ``docs/benchmarks.md`` holds ``<!-- gen:bench docs/benchmarks/NAME.json -->``,
   replaced by tables rendered from that file, the JSON written by ``attnsvm bench --json``;
 * the **changelog**: ``changelog.md`` is ``CHANGELOG.md`` from the repository root.
@@ -82,7 +82,7 @@ def module_summary(name: str, root: Path = ROOT) -> str:
 
 
 def api_page_path(name: str) -> str:
-    """Site path of a module's API page: ``attnsvm.svm`` → ``api/svm.md``."""
+    """Site path of a module's API page: ``attnsvm.svm._solve`` → ``api/svm.md``."""
     return "api/" + name.split(".", 1)[1].replace(".", "/") + ".md"
 
 
@@ -114,7 +114,7 @@ def cli_markdown() -> str:
     saved = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = str(HELP_COLUMNS)
     try:
-        from attnsvm.cli import build_parser
+        from attnsvm.harness.cli import build_parser
 
         parser = build_parser()
         blocks = [("attnsvm --help", parser.format_help())]

@@ -2,7 +2,7 @@
 
 Usage (from the repository root, serially: mutmut cannot run under pytest-xdist)::
 
-    python tools/mutation.py grad                  # every mutant of attnsvm/grad.py
+    python tools/mutation.py grad                  # every mutant of attnsvm/model/_grad.py
     python tools/mutation.py gd --sample 500       # a uniform random sample of 500 mutants
     python tools/mutation.py --list                # the modules and their test selections
     tox -e mutation -- gd --sample 500             # the same, in tox's mutation environment
@@ -12,7 +12,7 @@ What it does:
 1. copies the working tree (tracked and untracked-but-not-ignored files) into
    ``build/mutation/<module>/`` so that a run never touches the checkout;
 2. writes a ``[tool.mutmut]`` section into the copy's ``pyproject.toml`` that mutates only
-   ``attnsvm/<module>.py`` and runs only that module's test selection (:data:`TESTS`; unit tests,
+   the module's file (:data:`PATHS`) and runs only that module's test selection (:data:`TESTS`; unit tests,
    property suites in the ``mutation`` profile: ci with a quarter of the examples);
 3. generates the mutants, draws the sample (``random.Random(seed).sample`` over the sorted mutant
    names, so a sample is reproducible from its seed), runs mutmut on exactly those;
@@ -132,7 +132,23 @@ TESTS: dict[str, list[str]] = {
 }
 
 #: The file of each module key (the keys of :data:`TESTS` name the results, ``docs/mutation/KEY.json``).
-PATHS: dict[str, str] = {m: f"attnsvm/{m}.py" for m in TESTS}
+PATHS: dict[str, str] = {
+    "scaling": "attnsvm/scaling.py",
+    "instance": "attnsvm/model/_instance.py",
+    "attention": "attnsvm/model/_attention.py",
+    "losses": "attnsvm/model/_losses.py",
+    "grad": "attnsvm/model/_grad.py",
+    "tensor": "attnsvm/model/_tensor.py",
+    "svm": "attnsvm/svm/_solve.py",
+    "svm_working_set": "attnsvm/svm/_working_set.py",
+    "gd": "attnsvm/gd/_engine.py",
+    "lipschitz": "attnsvm/lipschitz.py",
+    "prompt": "attnsvm/peers/_prompt.py",
+    "joint": "attnsvm/peers/_joint.py",
+    "mirror": "attnsvm/peers/_mirror.py",
+    "multitoken": "attnsvm/peers/_multitoken.py",
+    "strategies": "attnsvm/strategies.py",
+}
 
 #: mutmut's exit-code meanings (mutmut.stats.status_by_exit_code, 3.8.1), the ones that occur.
 KILLED = {1, 3}
@@ -313,8 +329,8 @@ def function_hashes(module: str, root: Path = ROOT) -> dict[str, str]:
 
 
 def mutant_function(name: str) -> str:
-    """The function a mutant belongs to: ``attnsvm.gd.x_run_gd__mutmut_3`` → ``run_gd``,
-    ``attnsvm.gd.xǁ_TorchBatchǁrisk__mutmut_2`` → ``_TorchBatch.risk`` (the module path before the last
+    """The function a mutant belongs to: ``attnsvm.gd._engine.x_run_gd__mutmut_3`` → ``run_gd``,
+    ``attnsvm.gd._engine.xǁ_TorchBatchǁrisk__mutmut_2`` → ``_TorchBatch.risk`` (the module path before the last
     dot does not matter: mutant-local names hold no dots)."""
     local = name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
     if local.startswith("xǁ"):
@@ -338,7 +354,7 @@ def _previous(module: str) -> dict[str, Any]:
 
 
 def run(module: str, *, sample: int | None, seed: int, children: int, survivors: bool) -> dict[str, Any]:
-    """Mutate ``attnsvm/<module>.py``, run the sample (or, with ``survivors``, the last run's live
+    """Mutate the module's file (:data:`PATHS`), run the sample (or, with ``survivors``, the last run's live
     survivors only, keeping its other outcomes), and write ``docs/mutation/<module>.json``."""
     prev = _previous(module) if survivors else None
     tests = [t for t in TESTS[module] if (ROOT / t).exists()]

@@ -3,7 +3,7 @@
 Hand a callable ``fn(inst, W)`` that returns attention weights ``(n, T)``, outputs ``(n,)`` or a
 gradient ``(d, d)`` (a numpy array, a torch tensor, anything array-like) to :func:`compare_attention`,
 :func:`compare_output` or :func:`compare_gradient`; each compares it with the reference
-(:func:`attnsvm.attention`, :func:`attnsvm.output`, :func:`attnsvm.normalized_risk_grad`) and returns a
+(:func:`attnsvm.model._attention`, :func:`attnsvm.output`, :func:`attnsvm.normalized_risk_grad`) and returns a
 :class:`DifferentialReport`: the largest error and where it is, the bound there, and whether every
 entry is within its bound. :func:`gradient_saturation_sweep` scales ``W`` up and says at which
 runner-up attention weight the implementation's gradient leaves its bound.
@@ -59,11 +59,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..attention import KINDS, attention, log_attention, log_phi, logits
 from ..errors import AttnSVMError, unknown_name
-from ..grad import normalized_risk_grad, signed_log_derivative
-from ..instance import Instance
-from ..losses import LOSSES, get_loss
+from ..model._attention import KINDS, attention, log_attention, log_phi, logits
+from ..model._grad import normalized_risk_grad, signed_log_derivative
+from ..model._instance import Instance
+from ..model._losses import LOSSES, get_loss
 
 __all__ = [
     "DifferentialError",
@@ -369,7 +369,7 @@ def compare_attention(
     logit_magnitude: ArrayLike | None = None,
     logit_terms: int | None = None,
 ) -> DifferentialReport:
-    """Compare ``fn(inst, W)`` (attention weights, shape ``(n, T)``) with :func:`attnsvm.attention`.
+    """Compare ``fn(inst, W)`` (attention weights, shape ``(n, T)``) with :func:`attnsvm.model._attention`.
 
     Bound per weight ``|s̃_t − s_t| ≤ s_t·expm1(δ'_t + Σ_u s_u expm1(δ'_u) + (T+3)u) + tiny`` (module
     docstring), ``δ'_t = γ_k(u)·M_t + u·|l_t − max l|``; ``u`` and ``tiny`` from the returned dtype
@@ -443,7 +443,7 @@ def compare_output(
     got = fn(inst, Wa.copy())
     u, tiny, name = _precision(dtype, eps, got)
     arr = _result(got, (inst.n,), "outputs")
-    from ..attention import output
+    from ..model._attention import output
 
     ref = output(inst, Wa, kind)
     model = _Model(inst, Wa, kind, u, tiny, logit_magnitude, logit_terms)
@@ -480,7 +480,7 @@ def _direction_bound(
     u, tiny = model.u, model.tiny
     a, _ = _values(inst)
     lo = get_loss(loss)
-    from ..attention import output
+    from ..model._attention import output
 
     f = output(inst, model.W)
     _, log_c = signed_log_derivative(lo, inst.Y * f)

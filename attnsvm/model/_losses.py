@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import AttnSVMError, NumericalError, unknown_name
+from ..errors import AttnSVMError, NumericalError, unknown_name
 
 __all__ = [
     "LossAssumptions",
@@ -92,7 +92,7 @@ class Loss:
     """A margin loss: ``value(u)``, ``derivative(u)``, ``log_neg_derivative(u)`` and assumptions.
 
     ``log_neg_derivative(u) = log(−ℓ'(u))`` lets the log-domain gradient direction
-    (:func:`attnsvm.grad.normalized_risk_grad`) stay exact when ``ℓ'`` underflows; if a
+    (:func:`attnsvm.model._grad.normalized_risk_grad`) stay exact when ``ℓ'`` underflows; if a
     custom loss leaves it ``None`` it is computed as ``log(−derivative(u))``.
     """
 

@@ -22,9 +22,9 @@ Oymak, arXiv 2308.16898; Kim, Papamakarios, Mnih, ICML 2021.
 
 from __future__ import annotations
 
-from ._deps import require
+from .._deps import require
 
-require("mpmath", feature="attnsvm.experiments (the reproduce families)")  # pragma: no mutate
+require("mpmath", feature="attnsvm.harness.experiments (the reproduce families)")  # pragma: no mutate
 
 import importlib
 import math
@@ -38,10 +38,10 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from .attention import log_softmax
-from .errors import AttnSVMError, unknown_name
-from .grad import normalized_risk_grad, risk_grad, risk_grad_textbook
-from .instance import Instance, random_instance
+from ..errors import AttnSVMError, unknown_name
+from ..model._attention import log_softmax
+from ..model._grad import normalized_risk_grad, risk_grad, risk_grad_textbook
+from ..model._instance import Instance, random_instance
 
 __all__ = [
     "SIZES",
@@ -351,7 +351,7 @@ def run_families(
     Every family is seeded on its own and computes with one torch thread, so the results do not
     depend on ``jobs`` or ``scheduler``: with ``scheduler="local"`` and ``jobs > 1`` the families
     run in ``jobs`` spawned worker processes; with ``"dask"`` or ``"tcp://host:port"`` each is a
-    Dask task (:mod:`attnsvm.distributed`).
+    Dask task (:mod:`attnsvm.harness.distributed`).
 
     Args:
       size, seed, jobs, device: as :func:`run_family`.
@@ -367,7 +367,7 @@ def run_families(
 
     Raises:
       UnknownNameError: a name in ``names`` is not registered.
-      attnsvm.distributed.DistributedError: the Dask scheduler cannot be used.
+      attnsvm.harness.distributed.DistributedError: the Dask scheduler cannot be used.
     """
     specs = sorted(FAMILY_REGISTRY.values(), key=lambda s: (s.order, s.name))
     if names is not None:
@@ -704,7 +704,7 @@ TEXTBOOK_GD_SIZES: dict[str, dict[str, Any]] = {
 )
 def textbook_gd_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
     """Direction gap of normalized GD with the stable and with the textbook gradient."""
-    from .gd import direction_gap, run_gd
+    from ..gd._engine import direction_gap, run_gd
 
     cfg = TEXTBOOK_GD_SIZES[size]
     spec = FAMILY_REGISTRY["textbook_gd"]
@@ -818,17 +818,17 @@ def _segmented_batch(
 ) -> list[tuple[int, Any, Any]]:
     """Run batched GD and return ``(step, W (B,d,d), tokens (B,n))`` at each step of ``marks``.
 
-    :func:`attnsvm.gd.run_gd_batch` is called once per segment with ``W0`` = the previous end
+    :func:`attnsvm.gd._engine.run_gd_batch` is called once per segment with ``W0`` = the previous end
     point (the first from ``W0``, default 0); a GD update depends only on the current iterate, so
     this is the same trajectory. ``on_mark(k)`` is called when every instance has reached ``marks[k]``.
 
     Inside a family's Dask task (``reproduce --scheduler dask``) a batch of at least two
-    :data:`attnsvm.distributed.GD_CHUNK` chunks runs as Dask tasks, chunk by chunk, with bitwise
-    the iterates and tokens of this serial loop (see :mod:`attnsvm.distributed` for the condition);
+    :data:`attnsvm.harness.distributed.GD_CHUNK` chunks runs as Dask tasks, chunk by chunk, with bitwise
+    the iterates and tokens of this serial loop (see :mod:`attnsvm.harness.distributed` for the condition);
     a local run never imports dask.
     """
+    from ..gd._engine import run_gd_batch
     from .distributed import gd_batch_runner
-    from .gd import run_gd_batch
 
     runner = gd_batch_runner(len(instances))
     if runner is not None:
@@ -864,8 +864,8 @@ class _SVMCache:
         self.infeasible = 0
 
     def get(self, b: int, alpha: Any) -> Any:
-        from .errors import InfeasibleSVMError
-        from .svm import solve_svm
+        from ..errors import InfeasibleSVMError
+        from ..svm._solve import solve_svm
 
         key = (b, tuple(int(a) for a in alpha))
         if key not in self.cache:
@@ -925,7 +925,7 @@ RATE_FIT_FRACTION = 0.5
 )
 def convergence_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
     """Direction gap of GD to ``W_mm(α(t))`` against steps and ``||W||``."""
-    from .gd import direction_gap, fit_rate
+    from ..gd._engine import direction_gap, fit_rate
 
     cfg = CONVERGENCE_SIZES[size]
     spec = FAMILY_REGISTRY["convergence"]
@@ -1137,8 +1137,8 @@ def _confirm_counterexamples(counter: list[dict[str, Any]], steps: int, device: 
 )
 def local_global_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
     """Share of global and of locally optimal final token choices against ``d``."""
-    from .gd import direction_gap
-    from .svm import local_optimality_report, solve_svm
+    from ..gd._engine import direction_gap
+    from ..svm._solve import local_optimality_report, solve_svm
 
     cfg = LOCAL_GLOBAL_SIZES[size]
     spec = FAMILY_REGISTRY["local_global"]
@@ -1359,7 +1359,7 @@ REGPATH_SIZES: dict[str, dict[str, Any]] = {
 )
 def regpath_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
     """Regularization path and GD: direction gaps at equal ``||W||``."""
-    from .gd import direction_gap, regularization_path, run_gd
+    from ..gd._engine import direction_gap, regularization_path, run_gd
 
     cfg = REGPATH_SIZES[size]
     spec = FAMILY_REGISTRY["regpath"]
@@ -1520,8 +1520,8 @@ SVM_NUC_FEAS_TOL = 1e-7
 )
 def svm_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
     """Solver accuracy (KKT residuals) and time against ``d``, per method."""
-    from .svm import solve_svm
-    from .tensor import svm_margins
+    from ..model._tensor import svm_margins
+    from ..svm._solve import solve_svm
 
     cfg = SVM_SIZES[size]
     spec = FAMILY_REGISTRY["svm"]
@@ -1753,7 +1753,7 @@ LIPSCHITZ_SIZES: dict[str, dict[str, Any]] = {
 )
 def lipschitz_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
     """Bounds and estimates against the radius, per kind."""
-    from .lipschitz import compare_lipschitz
+    from ..lipschitz import compare_lipschitz
 
     cfg = LIPSCHITZ_SIZES[size]
     spec = FAMILY_REGISTRY["lipschitz"]
@@ -1905,7 +1905,7 @@ def lipschitz_family(size: str, seed: int, jobs: int, device: str, progress: Pro
 )
 def symbolic_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
     """Prove the registered identities and check the code against them."""
-    from .identities import CLAIMS, prove_all
+    from ..identities import CLAIMS, prove_all
 
     spec = FAMILY_REGISTRY["symbolic"]
     quick = size != "paper"
@@ -1964,7 +1964,7 @@ MULTITOKEN_SIZES: dict[str, dict[str, Any]] = {
 )
 def multitoken_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
     """Selected sets and the ``W_fin + R·W_dir`` prediction against ``d``."""
-    from .multitoken import predict_multitoken, random_head, run_multitoken_gd
+    from ..peers._multitoken import predict_multitoken, random_head, run_multitoken_gd
 
     cfg = MULTITOKEN_SIZES[size]
     spec = FAMILY_REGISTRY["multitoken"]
@@ -2142,13 +2142,13 @@ def _coinciding(runs: list[tuple[float, dict[str, Any]]]) -> list[list[tuple[flo
 def _global_toy_gap(steps: int, record: Any) -> tuple[list[float], list[float]]:
     """``1 − corr(W_t, W_mm)`` of the global toy at the ``record`` steps, cancellation-free.
 
-    :func:`attnsvm.toys.toy_figures_data` returns ``corr`` only, and ``1 − corr`` as a difference is
+    :func:`attnsvm.peers._toys.toy_figures_data` returns ``corr`` only, and ``1 − corr`` as a difference is
     exactly 0 at every record; the figure reruns the same normalized GD (same instance, lr 0.1,
-    same records) and takes :func:`attnsvm.gd.direction_gap` = ``½||Ŵ − Ŵ_mm||²`` of its iterates.
+    same records) and takes :func:`attnsvm.gd._engine.direction_gap` = ``½||Ŵ − Ŵ_mm||²`` of its iterates.
     """
-    from .gd import direction_gap, run_gd
-    from .svm import solve_svm
-    from .toys import global_toy
+    from ..gd._engine import direction_gap, run_gd
+    from ..peers._toys import global_toy
+    from ..svm._solve import solve_svm
 
     inst = global_toy()
     W_mm = solve_svm(inst).W
@@ -2168,8 +2168,8 @@ def _global_toy_gap(steps: int, record: Any) -> tuple[list[float], list[float]]:
     order=90,
 )
 def toys_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
-    """Run the published toy examples (:func:`attnsvm.toys.toy_figures_data`)."""
-    from .toys import toy_figures_data
+    """Run the published toy examples (:func:`attnsvm.peers._toys.toy_figures_data`)."""
+    from ..peers._toys import toy_figures_data
 
     cfg = TOY_SIZES[size]
     spec = FAMILY_REGISTRY["toys"]

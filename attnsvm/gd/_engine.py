@@ -6,7 +6,7 @@ long as a user asks:
 
 * :func:`run_gd` — one instance, float64 NumPy, plain GD ``W ← W − η∇L(W)`` or normalized GD
   ``W ← W − η∇L(W)/||∇L(W)||_F``. The normalized direction comes from the core's log-domain
-  :func:`attnsvm.grad.normalized_risk_grad_of`, so it stays exact after ``∇L`` underflows
+  :func:`attnsvm.model._grad.normalized_risk_grad_of`, so it stays exact after ``∇L`` underflows
   (10⁶ steps, ``||W||`` ~ 10⁵); plain GD reports gradient underflow instead of stalling silently.
 * :func:`run_gd_batch` — many equal-shaped instances in one torch float64 computation
   (CPU or CUDA), closed-form gradients, a linear-domain fast path while the weights are
@@ -22,7 +22,7 @@ scale. The data's magnitude alone therefore never overflows or underflows an int
 iterate, logit or token value that is itself not a normal double raises
 :class:`~attnsvm.NumericalError` naming it and the range.
 
-Data flow: gd takes a reference direction (e.g. ``attnsvm.svm.solve_svm(inst).W``) as an
+Data flow: gd takes a reference direction (e.g. ``attnsvm.svm._solve.solve_svm(inst).W``) as an
 argument and never imports the SVM solvers.
 
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (normalized GD, convergence
@@ -40,10 +40,10 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._deps import require
-from .attention import logits_of
-from .errors import AttnSVMError, InvalidInstanceError, NumericalError
-from .grad import (
+from .._deps import require
+from ..errors import AttnSVMError, InvalidInstanceError, NumericalError
+from ..model._attention import logits_of
+from ..model._grad import (
     CANCELLATION_FACTOR,
     CANCELLED_MESSAGE,
     NEGLIGIBLE_LOG,
@@ -51,9 +51,9 @@ from .grad import (
     normalized_risk_grad_of,
     risk_of,
 )
-from .instance import Instance, as_real_array
-from .losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
-from .scaling import (
+from ..model._instance import Instance, as_real_array
+from ..model._losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
+from ..scaling import (
     FLOAT_MAX,
     FLOAT_TINY,
     LOG_FLOAT_MAX,
@@ -572,9 +572,9 @@ def run_gd(
     Normalized GD: ``W ← W − η ∇L(W)/||∇L(W)||_F``; plain GD: ``W ← W − η ∇L(W)``.
 
     The normalized direction is the core's log-domain one
-    (:func:`attnsvm.grad.normalized_risk_grad_of`): it is exact after ``∇L`` underflows, so the
+    (:func:`attnsvm.model._grad.normalized_risk_grad_of`): it is exact after ``∇L`` underflows, so the
     iterates keep improving in direction for 10⁶ steps and beyond. Plain GD uses the
-    cancellation-free :func:`attnsvm.grad.risk_grad_of`; when its gradient norm drops below the
+    cancellation-free :func:`attnsvm.model._grad.risk_grad_of`; when its gradient norm drops below the
     smallest normal float64 (subnormal or 0) or the update no longer changes ``W``, the run stops
     and says so (``saturated=True``, ``stop_reason``) rather than returning a stalled iterate as if
     it were GD's.
@@ -608,7 +608,7 @@ def run_gd(
     :class:`~attnsvm.NumericalError` naming the range when the largest entry of an iterate leaves
     the normal range [2.2e-308, 1.8e308], when the logits would exceed ``1.8e308/(4d²)`` (the softmax
     is one-hot far beyond float64), or when the token values ``vᵀx_it`` are not normal doubles.
-    Each step rounds to ``≲ eps`` normwise; the direction as :func:`attnsvm.grad.normalized_risk_grad`.
+    Each step rounds to ``≲ eps`` normwise; the direction as :func:`attnsvm.model._grad.normalized_risk_grad`.
     """
     inst = _check_inst(inst)
     steps = check_steps(steps)
@@ -870,7 +870,7 @@ class _TorchBatch:
     updated in place by one fused pass, the unit direction never materialised;
     :meth:`direction` returns it for callers that need it.
 
-    Refusals, per instance, as :func:`attnsvm.grad.normalized_risk_grad_of`: ``cancelled`` where
+    Refusals, per instance, as :func:`attnsvm.model._grad.normalized_risk_grad_of`: ``cancelled`` where
     ``||G|| ≤ CANCELLATION_FACTOR·(nT·eps·Σ|w_it| ||x_it|| ||z_i|| + VE)``, ``VE`` the rounding of the
     token values carried into ``G`` (:meth:`_value_error`; exact copies of a token charge nothing),
     and :attr:`undetermined` where ``ℓ'(Y_i f_i)`` is (:meth:`_check_undetermined`). Each is decided
@@ -1045,7 +1045,7 @@ class _TorchBatch:
 
     def _rounding_level(self, w: Any, xz: Any) -> Any:
         """``C·nT·eps·Σ_it |w_it| ||x_it|| ||z_i||`` per instance, the rounding level of ``G = Σ w x zᵀ``
-        (as :func:`attnsvm.grad.normalized_risk_grad_of`); overwrites ``w``."""
+        (as :func:`attnsvm.model._grad.normalized_risk_grad_of`); overwrites ``w``."""
         return w.abs_().mul_(xz).sum(dim=(0, 2)).mul_(self._cancel_rtol)
 
     @staticmethod
@@ -1058,7 +1058,7 @@ class _TorchBatch:
 
         ``ok`` (B,) says where the result is exact, ``None`` meaning everywhere; ``cancelled``
         (B,) marks the accepted instances whose gradient cancels to the rounding level of its own
-        sum (a noise direction; see :data:`attnsvm.grad.CANCELLATION_FACTOR`), ``None`` meaning
+        sum (a noise direction; see :data:`attnsvm.model._grad.CANCELLATION_FACTOR`), ``None`` meaning
         none (the common case, known from a cheap bound).
 
         With ``E_it = e^{l_it − max_u l_iu}`` (``= 1`` at the selected token, exactly),
@@ -1449,7 +1449,7 @@ class _TorchBatch:
     def direction(self, W: Any) -> tuple[Any, Any]:
         """Unit direction of ``∇L(W_b)`` and ``log||∇L(W_b)||``, shapes ``(B, d, d)`` and ``(B,)``.
 
-        Same quantity as :func:`attnsvm.grad.normalized_risk_grad_of` (see :meth:`_parts` for
+        Same quantity as :func:`attnsvm.model._grad.normalized_risk_grad_of` (see :meth:`_parts` for
         the two paths), without its cancellation test (see :meth:`gradient`). The returned
         direction is a buffer of this engine, overwritten by the next call: use it (or copy it)
         before then.

@@ -5,7 +5,7 @@
 :class:`distributed.Client` to a running scheduler (``dask scheduler`` on one machine,
 ``dask worker tcp://host:port --nthreads 1`` on each of the others, every machine with the same
 attnsvm installed). Each family is one task, submitted with the arguments the serial run gives
-:func:`attnsvm.experiments.run_family` (``jobs = 1``); the families are seeded on their own and
+:func:`attnsvm.harness.experiments.run_family` (``jobs = 1``); the families are seeded on their own and
 each worker computes with one torch thread, as the serial run does, so the results are bitwise
 those of the serial run (tested in ``tests/test_distributed.py``).
 
@@ -14,7 +14,7 @@ every :data:`PROGRESS_INTERVAL_S` seconds), and a family's bar completes when it
 Needs the ``distributed`` extra: ``pip install 'attnsvm[distributed]'``.
 
 GD batches as Dask tasks. Inside a family's task, a batched GD run of ``B ≥ 2·GD_CHUNK`` instances
-(:func:`attnsvm.experiments._segmented_batch`, used by the convergence and local-vs-global families)
+(:func:`attnsvm.harness.experiments._segmented_batch`, used by the convergence and local-vs-global families)
 is split into chunks of at least :data:`GD_CHUNK` instances, at most one per worker thread of the
 cluster (:func:`gd_chunk_bounds`); each segment of each chunk is one Dask task (a
 chain per chunk: a segment starts from its chunk's previous end point), submitted through
@@ -33,7 +33,7 @@ multiples of :data:`GD_ALIGN` = 32 instances put every element at the same posit
 those blocks (the last chunk ends where the batch ends), so each element is computed by the same code
 path. Two conditions remain. (i) Met by every family's runs (measured at sizes small and paper: the
 batched engine takes its linear-domain path for every instance at every step, on moderate unit-norm
-data without exact score ties): the batched engine (:func:`attnsvm.gd.run_gd_batch`) makes a few decisions over the whole
+data without exact score ties): the batched engine (:func:`attnsvm.gd._engine.run_gd_batch`) makes a few decisions over the whole
 batch rather than per instance: the data's rescaling when some instance has entries beyond 2^±64,
 the switch of the whole batch to the log-domain path when more than half of it is saturated, the
 tie-free form of that path, and the norm's rescaling when some instance's ``||∇L||`` leaves
@@ -59,7 +59,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .errors import AttnSVMError
+from ..errors import AttnSVMError
 
 __all__ = [
     "DistributedError",
@@ -174,8 +174,8 @@ def run_families_dask(
     """Run the families ``specs`` as Dask tasks; returns ``{name: FamilyResult}``.
 
     Args:
-      specs: the :class:`~attnsvm.experiments.FamilySpec` to run.
-      size, seed, device: as :func:`attnsvm.experiments.run_family`.
+      specs: the :class:`~attnsvm.harness.experiments.FamilySpec` to run.
+      size, seed, device: as :func:`attnsvm.harness.experiments.run_family`.
       scheduler: ``"dask"`` (a LocalCluster of ``jobs`` processes) or ``"tcp://host:port"``.
       jobs: worker processes of the LocalCluster (ignored for an existing scheduler).
       progress: each family's ``progress(done, total)``, fed from the tasks; ``(1, 1)`` when it finishes.
@@ -317,7 +317,7 @@ def gd_batch_runner(batch: int) -> Callable[..., list[tuple[int, Any, Any]]] | N
     """The runner of a segmented GD batch of ``batch`` instances as Dask chunk tasks, or ``None``.
 
     ``None`` outside a Dask family task (a local run: dask is not imported), or when the batch is
-    one chunk. The runner takes the arguments of :func:`attnsvm.experiments._segmented_batch` and
+    one chunk. The runner takes the arguments of :func:`attnsvm.harness.experiments._segmented_batch` and
     returns what it returns, bitwise (see the module docstring).
     """
     runner = _GD_RUNNER.get()
@@ -340,8 +340,8 @@ def _gd_segment_task(
     ``start[0]`` (``None``: from 0), by the call the serial run makes, with one torch thread."""
     import torch
 
+    from ..errors import AttnSVMError
     from . import experiments as E
-    from .errors import AttnSVMError
 
     torch.set_num_threads(1)  # as the family's task and the serial run: the same arithmetic, bitwise
     W0 = None if start is None else start[0]

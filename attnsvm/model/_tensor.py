@@ -29,9 +29,9 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .errors import InvalidInstanceError
-from .instance import Instance, as_real_array, pow2_split, split_rows
-from .scaling import FLOAT_TINY, range_error
+from ..errors import InvalidInstanceError
+from ..scaling import FLOAT_TINY, range_error
+from ._instance import Instance, as_real_array, pow2_split, split_rows
 
 _EPS = float(np.finfo(np.float64).eps)
 

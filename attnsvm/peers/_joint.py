@@ -5,7 +5,7 @@ matrix ``W``, ``f_i(v, p) = vᵀ X_iᵀ softmax(X_i W p)`` and ``L(v, p) = (1/n)
 (logistic by default). Gradients:
 
     ∇_v L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i X_iᵀ s_i,
-    ∇_p L = the prompt gradient (:mod:`attnsvm.prompt`) with the current head ``v``.
+    ∇_p L = the prompt gradient (:mod:`attnsvm.peers._prompt`) with the current head ``v``.
 
 GD updates both, each gradient normalized separately,
 ``v ← v − η ∇_v L/||∇_v L||``, ``p ← p − η ∇_p L/||∇_p L||``. With the selected token
@@ -21,7 +21,7 @@ The ``v`` direction is computed in the log domain (``log|ℓ'_i| + log s_it`` fa
 stays exact when ``ℓ'`` underflows at large margins.
 
 Scale: keys, values and SVM rows are power-of-two mantissas with separate exponents (the
-helpers of :mod:`attnsvm.prompt`); answers are put back exactly or refused by name when they are
+helpers of :mod:`attnsvm.peers._prompt`); answers are put back exactly or refused by name when they are
 not normal doubles. The joint engine treats a block as zero only when it is exactly zero (all
 values equal within each sequence, or a zero ``∇_v L``), never on a range error.
 
@@ -38,11 +38,13 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .errors import InvalidInstanceError, NumericalError
-from .grad import GradDirection, signed_log_derivative
-from .instance import Instance, as_real_array
-from .losses import LossLike, get_loss
-from .prompt import (
+from ..errors import InvalidInstanceError, NumericalError
+from ..model._grad import GradDirection, signed_log_derivative
+from ..model._instance import Instance, as_real_array
+from ..model._losses import LossLike, get_loss
+from ..scaling import range_error
+from ..svm._solve import KKTResiduals
+from ._prompt import (
     GRAD_LOW_BITS,
     PromptData,
     _cos,
@@ -64,8 +66,6 @@ from .prompt import (
     solve_min_norm_or_raise,
     values_mantissa,
 )
-from .scaling import range_error
-from .svm import KKTResiduals
 
 __all__ = [
     "JointSVMSolution",
@@ -197,7 +197,7 @@ def joint_grads(
 ) -> tuple[FloatArray, FloatArray]:
     """``(∇_v L, ∇_p L)``, shapes ``((d,), (d,))``.
 
-    ``∇_v L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i X_iᵀ s_i``; ``∇_p L`` as :func:`attnsvm.prompt.prompt_grad`
+    ``∇_v L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i X_iᵀ s_i``; ``∇_p L`` as :func:`attnsvm.peers._prompt.prompt_grad`
     with head ``v`` (cancellation-free).
 
     Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; each to ``≲ nT·eps`` relative to
@@ -238,7 +238,7 @@ class JointSVMSolution:
       v: ``v_mm``, shape ``(d,)``.
       v_duals: multipliers of ``min ½||v||²`` (``v = Σ_i λ_i Y_i x_iα_i``), shape ``(n,)``.
       v_margins: ``Y_i v_mmᵀ x_iα_i``, shape ``(n,)``.
-      support_inputs: ``S``, sorted indices with margin 1 (to :data:`attnsvm.svm.SUPPORT_RTOL`),
+      support_inputs: ``S``, sorted indices with margin 1 (to :data:`attnsvm.svm._solve.SUPPORT_RTOL`),
         weakly active inputs (margin 1, zero multiplier) included.
       p: ``p_relax``, shape ``(d,)``.
       p_duals, p_rows, p_pairs, p_margins: the relaxed p-SVM's multipliers, rows

@@ -21,7 +21,7 @@ Higham, Higham, IMA J. Numer. Anal. 41 (2021) (softmax rounding).
 
 from __future__ import annotations
 
-from .._deps import require
+from ..._deps import require
 
 require("mpmath", feature="the autograd-saturation family")  # pragma: no mutate
 
@@ -31,6 +31,9 @@ from typing import Any
 import mpmath
 import numpy as np
 
+from ...model._grad import normalized_risk_grad
+from ...model._instance import Instance, random_instance
+from ...testing.differential import compare_gradient, runner_up_log10
 from ..experiments import (
     FAMILY_REGISTRY,
     FamilyResult,
@@ -40,9 +43,6 @@ from ..experiments import (
     Series,
     register_family,
 )
-from ..grad import normalized_risk_grad
-from ..instance import Instance, random_instance
-from ..testing.differential import compare_gradient, runner_up_log10
 
 __all__ = ["AUTOGRAD_SIZES", "autograd_saturation_family", "sdpa_autograd_gradient", "mp_direction"]
 

@@ -52,13 +52,15 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._deps import require
-from .attention import logits_of
-from .errors import AttnSVMError, InfeasibleSVMError, NumericalError, SolverError
-from .gd import check_lr, check_steps, record_steps
-from .instance import Instance, as_real_array
-from .losses import LossLike, get_loss
-from .prompt import (
+from .._deps import require
+from ..errors import AttnSVMError, InfeasibleSVMError, NumericalError, SolverError
+from ..gd._engine import check_lr, check_steps, record_steps
+from ..model._attention import logits_of
+from ..model._instance import Instance, as_real_array
+from ..model._losses import LossLike, get_loss
+from ..model._tensor import svm_constraints, svm_rows
+from ..scaling import FLOAT_TINY, LOG_FLOAT_MAX, pow2_split, range_error
+from ._prompt import (
     core_direction,
     core_grad,
     core_risk,
@@ -69,8 +71,6 @@ from .prompt import (
     scaled_core,
     values_mantissa,
 )
-from .scaling import FLOAT_TINY, LOG_FLOAT_MAX, pow2_split, range_error
-from .tensor import svm_constraints, svm_rows
 
 __all__ = [
     "check_p_norm",
@@ -446,7 +446,7 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
 
 def _put_back_real(m: FloatArray, log2_scale: float, what: str) -> FloatArray:
     """``m·2^{log2_scale}`` for a real exponent (integer part by ``ldexp``, exact; the fraction by one
-    multiplication), refused as :func:`attnsvm.prompt.put_back`."""
+    multiplication), refused as :func:`attnsvm.peers._prompt.put_back`."""
     k = math.floor(log2_scale)
     return put_back(np.asarray(m, dtype=np.float64) * 2.0 ** (log2_scale - k), k, what)
 

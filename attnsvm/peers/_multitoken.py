@@ -49,13 +49,15 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .attention import logits_of
-from .errors import AttnSVMError, InvalidInstanceError, NumericalError, SolverError
-from .gd import direction_corr
-from .grad import GradDirection
-from .instance import Instance, as_real_array
-from .losses import LossLike, get_loss
-from .prompt import (
+from ..errors import AttnSVMError, InvalidInstanceError, NumericalError, SolverError
+from ..gd._engine import direction_corr
+from ..model._attention import logits_of
+from ..model._grad import GradDirection
+from ..model._instance import Instance, as_real_array
+from ..model._losses import LossLike, get_loss
+from ..scaling import pow2_exponent, range_error
+from ..svm._solve import CERTIFY_RTOL, KKTResiduals, MinNormSolution, solve_svm
+from ._prompt import (
     ScaledCore,
     check_lr,
     check_steps,
@@ -72,8 +74,6 @@ from .prompt import (
     scaled_log_softmax,
     solve_min_norm_or_raise,
 )
-from .scaling import pow2_exponent, range_error
-from .svm import CERTIFY_RTOL, KKTResiduals, MinNormSolution, solve_svm
 
 __all__ = [
     "SELECT_THRESHOLD",
@@ -419,7 +419,7 @@ def _certified(sol: MinNormSolution, what: str) -> MinNormSolution:
     """``sol`` when the certified solver certified it; otherwise :class:`SolverError` naming the problem.
 
     An uncertified least-norm point (``error_bound = cond(K_S)·eps`` or a relative KKT residual above
-    :data:`attnsvm.svm.CERTIFY_RTOL`) may be wrong in every digit, so it is never returned.
+    :data:`attnsvm.svm._solve.CERTIFY_RTOL`) may be wrong in every digit, so it is never returned.
     """
     if not sol.certified:
         raise SolverError(
@@ -442,7 +442,7 @@ def predict_multitoken(
     ``log(s_it/s_it₁) = (x_it − x_it₁)ᵀ W_gd z_i``, formed as ``a_rᵀ vec(W_gd)`` (never as a difference
     of log-softmax values, which cancels), so ``W_fin`` is the orthogonal projection of ``W_gd`` onto
     ``span{a_r}``: linear in ``W_gd`` at any size (``W_fin(c·W_gd) = c·W_fin(W_gd)``). The
-    single-token baseline is :func:`attnsvm.svm.solve_svm` at ``α = argmax_t s_it``.
+    single-token baseline is :func:`attnsvm.svm._solve.solve_svm` at ``α = argmax_t s_it``.
 
     Scale: any finite data (rows and ``W_gd`` as power-of-two mantissas; at fixed sets, ``X → 2^a X``,
     ``z → 2^b z``, ``W_gd → 2^c W_gd`` gives ``W_dir·2^−(a+b)``, ``W_fin·2^c``, ``R·2^(a+b+c)``, the same

@@ -1,6 +1,6 @@
 """The verification report: figures, ``report.md``, ``report.html``, ``results.json`` and CSV tables.
 
-:func:`write_report` takes the :class:`~attnsvm.experiments.FamilyResult` list of a run and
+:func:`write_report` takes the :class:`~attnsvm.harness.experiments.FamilyResult` list of a run and
 writes, under one directory:
 
 * ``<family>-<figure>.png`` — one PNG per figure (matplotlib, Agg backend);
@@ -410,7 +410,7 @@ def _write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
 
 # --------------------------------------------------------------------------- writing
 def _meta(settings: dict[str, Any]) -> dict[str, Any]:
-    from . import __version__
+    from .. import __version__
 
     libs = {}
     for name in ("numpy", "scipy", "torch", "cvxpy", "sympy", "matplotlib"):

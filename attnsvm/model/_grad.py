@@ -60,17 +60,17 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .attention import _log_softmax_raw, logits_of
-from .errors import NumericalError
-from .instance import Instance, pow2_split, split_rows
-from .losses import Loss, LossLike, _logistic_value, correlation, exponential, get_loss, logistic
-from .scaling import (
+from ..errors import NumericalError
+from ..scaling import (
     FLOAT_MAX,
     FLOAT_TINY,
     LOG_FLOAT_MAX,
     check_log_representable,
     range_error,
 )
+from ._attention import _log_softmax_raw, logits_of
+from ._instance import Instance, pow2_split, split_rows
+from ._losses import Loss, LossLike, _logistic_value, correlation, exponential, get_loss, logistic
 
 __all__ = [
     "risk",
@@ -101,7 +101,7 @@ NEGLIGIBLE_LOG = 46.0
 #: The normalized direction is refused when ``||∇L|| ≤ CANCELLATION_FACTOR·nT·eps·Σ|w_it| ||x_it|| ||z_i||``:
 #: below that, float64 cannot tell the gradient from the rounding of its own sum.
 CANCELLATION_FACTOR = 8
-#: The error raised there (also by the batched engine, :func:`attnsvm.gd.run_gd_batch`).
+#: The error raised there (also by the batched engine, :func:`attnsvm.gd._engine.run_gd_batch`).
 CANCELLED_MESSAGE = (
     "the risk gradient's contributions cancel to rounding level at this W "
     f"(||∇L|| ≤ {CANCELLATION_FACTOR}·nT·eps × the sum of their magnitudes): W is stationary up to "

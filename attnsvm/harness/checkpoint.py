@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import AttnSVMError
+from ..errors import AttnSVMError
 from .experiments import ExperimentClaim, FamilyResult, Figure, Panel, Series
 
 __all__ = [
@@ -136,7 +136,7 @@ def decode_result(text: str) -> FamilyResult:
 # --------------------------------------------------------------------------- manifest
 def run_settings(*, size: str, seed: int, device: str, families: Sequence[str]) -> dict[str, Any]:
     """The settings a run's results depend on (recorded in the manifest, compared on resume)."""
-    from . import __version__
+    from .. import __version__
 
     return {
         "size": size,

@@ -4,9 +4,9 @@ Subcommands:
 
 * ``attnsvm reproduce [--out DIR] [--size small|paper] [--seed N] [--jobs N] [--device cpu|cuda]
   [--scheduler local|dask|tcp://HOST:PORT] [--resume | --force]`` runs the experiment families
-  (:mod:`attnsvm.experiments`; on Dask: :mod:`attnsvm.distributed`) and writes the verification
-  report (:mod:`attnsvm.report`), saving each finished family so that ``--resume`` continues a
-  killed run (:mod:`attnsvm.checkpoint`); exit 1 naming the failed claims when a check fails.
+  (:mod:`attnsvm.harness.experiments`; on Dask: :mod:`attnsvm.harness.distributed`) and writes the verification
+  report (:mod:`attnsvm.harness.report`), saving each finished family so that ``--resume`` continues a
+  killed run (:mod:`attnsvm.harness.checkpoint`); exit 1 naming the failed claims when a check fails.
 * ``attnsvm check`` — a fast self-check of the installed package (symbolic proofs, a short
   property run); exit 0/1.
 * ``attnsvm bench [--quick] [--json FILE]`` — the SVM and GD benchmarks, side by side.
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._deps import require
-from .errors import AttnSVMError, MissingDependencyError
+from .._deps import require
+from ..errors import AttnSVMError, MissingDependencyError
 
 if TYPE_CHECKING:
-    from .identities import ClaimReport
+    from ..identities import ClaimReport
 
 __all__ = ["main", "load_instance", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -88,7 +88,7 @@ def load_instance(path: str) -> tuple[Any, Any]:
     Raises :class:`InputError` for file problems and missing arrays and
     :class:`attnsvm.AttnSVMError` for invalid arrays.
     """
-    from .instance import Instance
+    from ..model._instance import Instance
 
     arrays = _load_npz(path)
     missing = [k for k in ("X", "Y", "v") if k not in arrays]
@@ -133,7 +133,7 @@ def _scaled_norms(W: Any) -> tuple[float, float]:
     Computed on ``W·2^−e`` (exact, largest entry in ``[½, 1)``) and scaled back; raises the scale
     contract's error when a norm itself is not a finite double.
     """
-    from .scaling import check_finite_result, ldexp_scale, pow2_exponent
+    from ..scaling import check_finite_result, ldexp_scale, pow2_exponent
 
     e = pow2_exponent(W)
     Ws = ldexp_scale(W, e)
@@ -157,8 +157,8 @@ def cmd_svm(args: argparse.Namespace) -> int:
     if a_cli is not None:
         alpha = a_cli
     alpha = inst.check_alpha(alpha)
-    from .errors import SolverError
-    from .svm import local_optimality_report, solve_svm
+    from ..errors import SolverError
+    from ..svm._solve import local_optimality_report, solve_svm
 
     t0 = time.perf_counter()
     try:
@@ -280,7 +280,7 @@ def cmd_gd(args: argparse.Namespace) -> int:
         alpha = a_cli
     if alpha is not None:
         alpha = inst.check_alpha(alpha)
-    from .gd import run_gd
+    from ..gd._engine import run_gd
 
     t0 = time.perf_counter()
     traj = run_gd(inst, steps=args.steps, lr=args.lr, normalized=not args.plain, loss=args.loss)
@@ -311,8 +311,8 @@ def cmd_gd(args: argparse.Namespace) -> int:
         "time_s": elapsed,
     }
     if args.svm:
-        from .gd import direction_corr, direction_gap
-        from .svm import solve_svm
+        from ..gd._engine import direction_corr, direction_gap
+        from ..svm._solve import solve_svm
 
         target = traj.final_tokens if alpha is None else alpha
         key = "svm_final_tokens" if alpha is None else "svm_alpha"
@@ -580,9 +580,9 @@ def _property_checks(examples: int = CHECK_EXAMPLES) -> list[tuple[str, Any]]:
     """Short Hypothesis properties: ``(name, test function)`` pairs (each raises on failure)."""
     from hypothesis import HealthCheck, given, settings
 
-    from . import strategies as S
-    from .attention import attention
-    from .grad import normalized_risk_grad, risk, risk_grad
+    from .. import strategies as S
+    from ..model._attention import attention
+    from ..model._grad import normalized_risk_grad, risk, risk_grad
 
     cfg = settings(
         max_examples=examples,
@@ -628,8 +628,8 @@ def _property_checks(examples: int = CHECK_EXAMPLES) -> list[tuple[str, Any]]:
         ("gradient = central differences", gradient_matches_central_differences),
         ("normalized direction finite at saturation", normalized_direction_is_unit_and_finite),
     ]
-    from .svm import solve_svm
-    from .tensor import svm_margins
+    from ..model._tensor import svm_margins
+    from ..svm._solve import solve_svm
 
     @settings(
         max_examples=max(1, examples // 2),
@@ -657,7 +657,7 @@ def run_selfcheck(verbose: bool = True, tiny: bool = False) -> bool:
     """
     from rich.console import Console
 
-    from .identities import CLAIMS, prove_all
+    from ..identities import CLAIMS, prove_all
 
     console = Console(stderr=True, quiet=not verbose)
     ok = True
@@ -701,7 +701,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- bench
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run the benchmarks side by side; exit 1 when a measured target (:data:`attnsvm.bench.TARGETS`) is
+    """Run the benchmarks side by side; exit 1 when a measured target (:data:`attnsvm.harness.bench.TARGETS`) is
     missed (each is measured only at its own size, so ``--quick`` checks none)."""
     _require_for("bench")
     from .bench import run_benchmarks
@@ -793,7 +793,7 @@ def _families() -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``attnsvm`` command."""
     p = _Parser(prog="attnsvm", description="attnsvm: attention as a max-margin token selector — checked.")
-    from . import __version__
+    from .. import __version__
 
     p.add_argument("--version", action="version", version=f"attnsvm {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -957,7 +957,7 @@ def _reexec_with_env() -> None:
     env.update(updates)
     env[_REEXEC_MARK] = "1"
     try:
-        os.execve(sys.executable, [sys.executable, "-m", "attnsvm.cli", *sys.argv[1:]], env)
+        os.execve(sys.executable, [sys.executable, "-m", "attnsvm.harness.cli", *sys.argv[1:]], env)
     except OSError:  # cannot re-execute (unusual platform): run as is
         return
 

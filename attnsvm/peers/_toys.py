@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .errors import AttnSVMError
-from .gd import default_record_steps, direction_corr, run_gd
-from .instance import Instance, random_instance
-from .joint import run_joint_gd, solve_joint_svm
-from .mirror import bregman_divergence, run_mirror_descent, solve_lp_svm
-from .prompt import run_prompt_gd, solve_prompt_svm
-from .svm import solve_svm
+from ..errors import AttnSVMError
+from ..gd._engine import default_record_steps, direction_corr, run_gd
+from ..model._instance import Instance, random_instance
+from ..svm._solve import solve_svm
+from ._joint import run_joint_gd, solve_joint_svm
+from ._mirror import bregman_divergence, run_mirror_descent, solve_lp_svm
+from ._prompt import run_prompt_gd, solve_prompt_svm
 
 __all__ = [
     "PROMPT_TOY_C",
@@ -157,7 +157,7 @@ def toy_figures_data(
     """
     out: dict[str, Any] = {"prompt": {}, "global": {}, "joint": {}, "lp": {}}
     # --- prompt toy
-    from .prompt import prompt_local_optimality
+    from ._prompt import prompt_local_optimality
 
     for c in PROMPT_TOY_C:
         inst, W = prompt_toy(c)

@@ -27,9 +27,9 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .errors import unknown_name
-from .instance import Instance, pow2_split, split_rows, values_split
-from .scaling import FLOAT_TINY, range_error
+from ..errors import unknown_name
+from ..scaling import FLOAT_TINY, range_error
+from ._instance import Instance, pow2_split, split_rows, values_split
 
 __all__ = [
     "KINDS",

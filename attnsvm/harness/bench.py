@@ -13,7 +13,7 @@ ratios compare like with like:
   ≥ 50× faster than the primal at ``d = 128``. The primal at ``d ≥ 512`` takes minutes and
   gigabytes and is never run.
   Scale rows (issue 16 §1, :func:`bench_svm_scale`, run with the group): the certified working-set
-  solver (:func:`attnsvm.svm_working_set.solve_svm_working_set`) at ``m = 1984, 7936, 31744``
+  solver (:func:`attnsvm.svm._working_set.solve_svm_working_set`) at ``m = 1984, 7936, 31744``
   constraints (gaussian, ``T = 32``, ``d = 64, 128, 128``), beside the dense dual where it fits in time
   (``m ≤ 1984``) and ``sklearn.svm.LinearSVC`` on the explicit ``m × d²`` features where they fit in
   memory (``m ≤ 7936``; "not installed" without scikit-learn): time and peak memory (each solve in a
@@ -22,7 +22,7 @@ ratios compare like with like:
   ≤ 4 GiB at ``m = 31744``. The full scale rows take about two minutes; ``--quick`` runs
   ``m = 480, 1984``.
 * ``gd`` — instance-steps per second of the batched engine's step
-  (:class:`attnsvm.gd._TorchBatch`, the step of :func:`attnsvm.gd.run_gd_batch`) against a
+  (:class:`attnsvm.gd._engine._TorchBatch`, the step of :func:`attnsvm.gd._engine.run_gd_batch`) against a
   per-instance torch autograd + SGD loop (normalized GD, the way published experiments run
   it), same torch thread count (2), batch 4096. Two loops: :func:`autograd_loop_rate`, lean
   (no module, an einsum, a stable softplus: the stricter baseline, the headline ratio), and
@@ -161,8 +161,8 @@ def bench_svm(
     ``rel_error`` (final answer against it, ``||W − W_dual||_F / ||W_dual||_F``), ``certified``,
     ``error_bound``, ``time_over_dual`` (method time / median dual time at the same ``d``).
     """
-    from .instance import random_instance
-    from .svm import solve_svm
+    from ..model._instance import random_instance
+    from ..svm._solve import solve_svm
 
     dims = SVM_TINY if tiny else SVM_QUICK if quick else SVM_FULL
     rows: list[dict[str, Any]] = []
@@ -256,7 +256,7 @@ def _sklearn_linearsvc(inst: Any, C: float) -> tuple[Any, int]:
     """
     from sklearn.svm import LinearSVC
 
-    from .tensor import svm_rows
+    from ..model._tensor import svm_rows
 
     rows = svm_rows(inst)
     y = np.where(np.arange(rows.shape[0]) % 2 == 0, 1.0, -1.0)
@@ -271,9 +271,9 @@ def _scale_child(method: str, n: int, T: int, d: int, seed: int, C: float, w_pat
     one solve, ``W`` saved to ``w_path``. Memory: the peak resident set size during the solve (its high-water
     mark reset just before) minus the resident set before it: everything the solve allocates, C libraries
     included, over the process after imports and set-up."""
-    from .instance import random_instance
-    from .svm import solve_svm
-    from .svm_working_set import solve_svm_working_set
+    from ..model._instance import random_instance
+    from ..svm._solve import solve_svm
+    from ..svm._working_set import solve_svm_working_set
 
     inst = random_instance(n, T, d, seed=seed)
     out: dict[str, Any] = {}
@@ -325,7 +325,7 @@ def _measure(
     with tempfile.TemporaryDirectory() as tmp:
         w_path = os.path.join(tmp, "W.npy")
         code = (
-            "import json, sys; from attnsvm.bench import _scale_child; "
+            "import json, sys; from attnsvm.harness.bench import _scale_child; "
             "print(json.dumps(_scale_child(*json.loads(sys.argv[1]))))"
         )
         args = json.dumps([method, *shape, seed, C, w_path])
@@ -550,9 +550,9 @@ def bench_gd(
     """
     import torch
 
-    from .gd import _stack_instances, _TorchBatch, run_gd_batch
-    from .instance import random_instance
-    from .losses import get_loss
+    from ..gd._engine import _stack_instances, _TorchBatch, run_gd_batch
+    from ..model._instance import random_instance
+    from ..model._losses import get_loss
 
     size = "tiny" if tiny else "quick" if quick else "full"
     cfg = GD_SIZES[size]

@@ -4,7 +4,7 @@ For a token choice ``α`` (one index per sequence) the attention SVM is
 
     W_mm(α) = argmin ||W||_F   s.t.   Δ_itᵀ W z_i ≥ 1   for all t ≠ α_i, all i,   Δ_it = x_iα_i − x_it.
 
-With the tensor trick (column-major ``vec``, :mod:`attnsvm.tensor`) it is the least-norm program
+With the tensor trick (column-major ``vec``, :mod:`attnsvm.model._tensor`) it is the least-norm program
 ``min ||w||₂ s.t. A w ≥ 1`` with rows ``a_it = z_i ⊗ Δ_it``; its dual
 
     max_λ 1ᵀλ − ½ λᵀKλ,  λ ≥ 0,      K = AAᵀ,  K[(i,t),(j,u)] = (z_i·z_j)(Δ_it·Δ_ju),
@@ -58,11 +58,11 @@ import numpy as np
 import scipy.optimize
 from numpy.typing import ArrayLike, NDArray
 
-from . import scaling
-from ._deps import require
-from .errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, SolverError, unknown_name
-from .instance import TIE_RTOL, Instance, as_real_array
-from .tensor import SVMConstraints
+from .. import scaling
+from .._deps import require
+from ..errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, SolverError, unknown_name
+from ..model._instance import TIE_RTOL, Instance, as_real_array
+from ..model._tensor import SVMConstraints
 
 __all__ = [
     "SVM_METHODS",

@@ -18,23 +18,23 @@ Reparametrisation (used to reuse the core's stable gradient, and proved exactly 
 ``z' = e_0``, the head ``v' = e_d`` and ``W' = [p; 0] e_0ᵀ``. Then ``x'_itᵀ W' z' = k_itᵀ p`` and
 ``v'ᵀ x'_it = vᵀ x_it``, so the prompt model *is* the core model on the augmented data and
 ``∇_p L = ∇_{W'} L [:d, 0]``: the cancellation-free gradient
-(:func:`attnsvm.grad.risk_grad_of`) and the log-domain normalized direction
-(:func:`attnsvm.grad.normalized_risk_grad_of`) apply unchanged. The core direction is the unit
+(:func:`attnsvm.model._grad.risk_grad_of`) and the log-domain normalized direction
+(:func:`attnsvm.model._grad.normalized_risk_grad_of`) apply unchanged. The core direction is the unit
 vector of the whole column ``(∇_p L, Σ w_it vᵀx_it)``; we drop the last entry and renormalise,
 which keeps full relative precision because every entry of the core's direction is computed
 from factored-out log-magnitudes.
 
 Likewise the p-SVM is the core Att-SVM on keys ``X' = K`` with constant query ``e_0``:
 ``W' = p e_0ᵀ`` has ``||W'||_F = ||p||``; we solve it with the same certified min-norm solver
-(:mod:`attnsvm.svm`), on the Gram matrix ``(Δk_r · Δk_s)``.
+(:mod:`attnsvm.svm._solve`), on the Gram matrix ``(Δk_r · Δk_s)``.
 
 Scale contract (issue 13). Keys, values, logits, SVM rows and the core gradient are formed from
 power-of-two mantissas (largest entry in ``[½, 1)``) and the exponents are carried separately
 (``k = 2^K·k'``, ``vᵀx = 2^A·a'``, ``W_eff = 2^K·p e_0ᵀ``, the loss evaluated at ``2^A·u'``), so
 no intermediate over- or underflows; an answer is put back with one exact ``ldexp`` and refused
 with :class:`~attnsvm.NumericalError` (:func:`attnsvm.scaling.range_error`) only when its largest
-entry is not a normal double. The helpers of that section are shared by :mod:`attnsvm.joint`,
-:mod:`attnsvm.mirror` and :mod:`attnsvm.multitoken`.
+entry is not a normal double. The helpers of that section are shared by :mod:`attnsvm.peers._joint`,
+:mod:`attnsvm.peers._mirror` and :mod:`attnsvm.peers._multitoken`.
 
 References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (prompt attention, p-SVM,
 regularization path); Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
@@ -50,14 +50,14 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .attention import logits_of
-from .errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError
-from .gd import check_lr, check_steps, projected_path, record_steps
-from .grad import CANCELLED_MESSAGE, GradDirection, normalized_risk_grad_of, risk_grad_of
-from .instance import Instance, as_real_array
-from .losses import Loss, LossLike, get_loss
-from .scaling import FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, pow2_split, range_error
-from .svm import KKTResiduals, MinNormSolution, min_norm_dual
+from ..errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError
+from ..gd._engine import check_lr, check_steps, projected_path, record_steps
+from ..model._attention import logits_of
+from ..model._grad import CANCELLED_MESSAGE, GradDirection, normalized_risk_grad_of, risk_grad_of
+from ..model._instance import Instance, as_real_array
+from ..model._losses import Loss, LossLike, get_loss
+from ..scaling import FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, pow2_split, range_error
+from ..svm._solve import KKTResiduals, MinNormSolution, min_norm_dual
 
 __all__ = [
     "prompt_keys",
@@ -100,7 +100,7 @@ def solve_min_norm_or_raise(
     what: str,
     factor: FloatArray | None = None,
 ) -> MinNormSolution:
-    """``min ½||x||² s.t. rows·x ≥ b`` (``= b`` on ``equality``) by the certified solver of :mod:`attnsvm.svm`.
+    """``min ½||x||² s.t. rows·x ≥ b`` (``= b`` on ``equality``) by the certified solver of :mod:`attnsvm.svm._solve`.
 
     ``rows`` (shape ``(m, k)``) is passed as the factor ``L`` of the Gram matrix ``K = rows rowsᵀ``
     (more accurate than factoring ``K``: ``cond(A)`` instead of ``cond(K)``); the solution is
@@ -115,8 +115,8 @@ def solve_min_norm_or_raise(
 
 
 # ============================================================ scale-safe core
-# Every model of this module and of :mod:`attnsvm.joint`, :mod:`attnsvm.multitoken` and
-# :mod:`attnsvm.mirror` is the core model (logits ``x_itᵀ W z_i``, values ``a_it``) on some data.
+# Every model of this module and of :mod:`attnsvm.peers._joint`, :mod:`attnsvm.peers._multitoken` and
+# :mod:`attnsvm.peers._mirror` is the core model (logits ``x_itᵀ W z_i``, values ``a_it``) on some data.
 # The helpers below evaluate it on *power-of-two rescaled* data: ``x = 2^ex·x'``, ``z = 2^ez·z'``,
 # ``a = 2^ea·a'`` with the largest entry of each mantissa in ``[½, 1)``, ``W_eff = 2^(ex+ez)·W``
 # (same logits, exactly), and the loss evaluated at ``2^ea·u'``. Power-of-two scaling is exact in
@@ -128,7 +128,7 @@ _LN2 = math.log(2.0)
 
 
 #: Alias of :func:`attnsvm.scaling.pow2_split` (``a = m·2^e``, ``max|m| ∈ [½, 1)``), kept
-#: for the modules that still import it from here (:mod:`attnsvm.joint`, :mod:`attnsvm.multitoken`).
+#: for the modules that still import it from here (:mod:`attnsvm.peers._joint`, :mod:`attnsvm.peers._multitoken`).
 mantissa = pow2_split  # new code imports attnsvm.scaling.pow2_split
 
 
@@ -344,7 +344,7 @@ def core_grad(sc: ScaledCore, We: FloatArray, what: str) -> FloatArray:
 def is_stationary_error(exc: NumericalError) -> bool:
     """The core's refusal of a zero or rounding-level gradient (the point is stationary, so a record's
     ``log10||∇L||`` is ``−inf``), as opposed to a range error or an undetermined ``ℓ'``, which must
-    propagate. The same test as :func:`attnsvm.gd._is_stationary_error` (one home for both: grad)."""
+    propagate. The same test as :func:`attnsvm.gd._engine._is_stationary_error` (one home for both: grad)."""
     msg = str(exc)
     return CANCELLED_MESSAGE in msg or "exactly zero" in msg
 
@@ -567,7 +567,7 @@ def normalized_prompt_grad(
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (normalized GD on ``p``).
 
     Returns:
-      :class:`attnsvm.grad.GradDirection` with ``direction`` of shape ``(d,)``.
+      :class:`attnsvm.model._grad.GradDirection` with ``direction`` of shape ``(d,)``.
     """
     lo = get_loss(loss)
     data = prompt_data(inst, inst.check_weights(W))
@@ -585,12 +585,12 @@ class PromptSVMSolution:
       rows: constraint rows ``Δk_it = k_iα_i − k_it``, shape ``(m, d)``, ``m = n(T−1)``.
       pairs: ``(i, t)`` of each row, shape ``(m, 2)``.
       duals: multipliers of ``min ½||p||²`` aligned with ``rows`` (``p = rowsᵀ duals``).
-      support: active constraints as ``(i, t)`` pairs (margin 1 to :data:`attnsvm.svm.SUPPORT_RTOL`).
+      support: active constraints as ``(i, t)`` pairs (margin 1 to :data:`attnsvm.svm._solve.SUPPORT_RTOL`).
       weakly_active: active constraints with zero multiplier (a subset of ``support``).
       margins: ``rows @ p``, shape ``(m,)``.
-      kkt: relative KKT residuals (:class:`attnsvm.svm.KKTResiduals`), as for ``solve_svm``.
+      kkt: relative KKT residuals (:class:`attnsvm.svm._solve.KKTResiduals`), as for ``solve_svm``.
       error_bound: ``cond(K_S)·eps``, bound on the relative error of ``p``.
-      certified: ``error_bound`` and every KKT residual ``≤`` :data:`attnsvm.svm.CERTIFY_RTOL`.
+      certified: ``error_bound`` and every KKT residual ``≤`` :data:`attnsvm.svm._solve.CERTIFY_RTOL`.
     """
 
     p: FloatArray
@@ -663,7 +663,7 @@ def _solve_prompt_scaled(
 def solve_prompt_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None) -> PromptSVMSolution:
     """Solve the p-SVM ``p_mm = argmin ||p||₂ s.t. (k_iα_i − k_it)ᵀ p ≥ 1`` exactly, with a certificate.
 
-    Keys ``k_it = Wᵀ x_it``. Solved through the certified min-norm solver of :mod:`attnsvm.svm` on
+    Keys ``k_it = Wᵀ x_it``. Solved through the certified min-norm solver of :mod:`attnsvm.svm._solve` on
     the Gram matrix ``(Δk_r · Δk_s)`` (an exact active-set finish), so ``p`` is accurate to about
     1e-9 relative. Scale-equivariant: with rows ``Δk = 2^R·Δk'`` (power-of-two mantissa),
     ``p_mm = 2^−R·p'_mm`` and the multipliers are ``2^−2R`` times the rescaled ones.
@@ -706,7 +706,7 @@ def solve_prompt_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = Non
 def prompt_local_optimality(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None) -> bool:
     """``True`` exactly when the p-SVM(α) is feasible and ``γ_iα_i > γ_it`` for every support token ``t``.
 
-    The prompt analogue of :func:`attnsvm.svm.is_locally_optimal` (support tokens of the p-SVM,
+    The prompt analogue of :func:`attnsvm.svm._solve.is_locally_optimal` (support tokens of the p-SVM,
     token scores ``γ_it = Y_i vᵀx_it``; weakly active constraints count as support).
 
     Scale: any finite data (invariant under ``X → cX``, ``W → cW``, ``v → cv``, ``c > 0``: the
@@ -897,7 +897,7 @@ def prompt_regularization_path(
     """Regularization path ``p_R = argmin_{||p||₂ ≤ R} L(p)`` for increasing ``R`` (warm-started).
 
     Projected normalized GD with the same warm start and acceptance rule as the ``W`` path
-    (:func:`attnsvm.gd.projected_path`), until the KKT residual ``||∇L/||∇L|| + p/R||`` is below
+    (:func:`attnsvm.gd._engine.projected_path`), until the KKT residual ``||∇L/||∇L|| + p/R||`` is below
     ``tol``. The risk is not convex in ``p``, so the
     points are stationary points of the constrained problems (residual reported), not certified
     minimisers. Tarzanagh et al. show ``p_R/R → p_mm/||p_mm||`` for the optimal tokens.

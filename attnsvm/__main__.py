@@ -1,0 +1,8 @@
+"""`python -m attnsvm`: the `attnsvm` command."""
+
+import sys
+
+from .harness.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
