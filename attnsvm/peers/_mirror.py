@@ -96,6 +96,13 @@ LP_SUPPORT_TOL = 1e-6
 #: Newton on the active-set KKT equations stops when ``max|A_S W − 1| ≤`` this (a few hundred eps).
 NEWTON_TOL = 1e-13
 
+#: The active-set Newton solver's step budget (:func:`_newton_active`). Its equations are homogeneous
+#: of degree 1 in the multipliers, so a start far off costs O(1) steps, not O(log of the distance):
+#: one step per active set when the rows touch disjoint columns of W (any p, multipliers 20 decades
+#: apart); measured on 300 random coupled instances (p ∈ [1.1, 8], inputs 0–8 decades apart in size)
+#: at most 9 steps with inputs of one size, 56 with sizes 4–8 decades apart. 100 is the cut-off.
+NEWTON_MAX_STEPS = 100
+
 
 # ==================================================================== the mirror map
 def check_p_norm(p_norm: Any) -> float:
@@ -192,20 +199,32 @@ def inverse_mirror_map(U: ArrayLike, p_norm: float) -> FloatArray:
 
 
 def _lp_norm(Wa: FloatArray, p: float) -> tuple[float, int]:
-    """``||W||_p = m·2^e`` as ``(m, e)``, from the power-of-two mantissa (no overflow, no underflow
-    of the largest terms; entries below ``2^−1074·max`` relative drop out, far below eps)."""
+    """``||W||_p = m·2^e`` as ``(m, e)``, ``m ∈ [½, N^{1/p})`` for ``N`` entries, for any ``p > 1``.
+
+    ``||W||_p = 2^e·b·(Σ(|m_ij|/b)^p)^{1/p}`` with ``m = W·2^−e`` the power-of-two mantissa and
+    ``b = max|m| ∈ [½, 1)``: the largest term is exactly ``1``, so the sum lies in ``[1, N]`` and
+    nothing over- or underflows whatever ``p``; terms below ``2^−1074`` drop out (relative size
+    ``< 2^−1074``, far below eps). Rounding: each ratio's ``ε/2`` becomes ``pε/2`` in its power and
+    ``ε/2`` again after the ``1/p``-th root, so ``m`` is within ``(2 + log₂N/p)`` ulps or so.
+    """
     Ws, e = pow2_split(Wa)
-    if not np.any(Ws != 0):
+    big = float(np.max(np.abs(Ws), initial=0.0))
+    if big == 0.0:
         return 0.0, 0
     with np.errstate(under="ignore"):
-        return float(np.sum(np.abs(Ws) ** p)) ** (1.0 / p), e
+        # Stable form: b·(Σ(|m|/b)^p)^{1/p}, not (Σ|m|^p)^{1/p}, whose largest term |m|^p ≥ 2^−p
+        # underflows (to a silent 0 for p > 1075, digits lost from p > 1022).
+        total = float(np.sum((np.abs(Ws) / big) ** p))
+    return big * total ** (1.0 / p), e
 
 
 def lp_norm(W: ArrayLike, p_norm: float) -> float:
     """Entrywise ``||W||_p = (Σ|W_ij|^p)^{1/p}``, computed on a power-of-two mantissa of ``W``.
 
-    Scale: homogeneous of degree 1 (``||cW||_p = c||W||_p``); to a few ulps relative; raises
-    :class:`NumericalError` when the norm of a nonzero ``W`` is not a normal double.
+    Scale: homogeneous of degree 1 (``||cW||_p = c||W||_p``); any finite ``W`` and any ``p > 1``
+    (the largest entry is divided out before the power); relative error ≲ ``(3 + log₂N/(2p))·eps``
+    for ``N`` entries; raises :class:`NumericalError` when the norm of a nonzero ``W`` is not a normal
+    double.
     """
     p = check_p_norm(p_norm)
     m, e = _lp_norm(as_real_array(W, "W"), p)
@@ -287,41 +306,86 @@ class LpSVMSolution:
 
 
 def _newton_active(
-    AS: FloatArray, p: float, mu0: FloatArray, max_iter: int = 100
+    AS: FloatArray, p: float, mu0: FloatArray, max_iter: int = NEWTON_MAX_STEPS
 ) -> tuple[FloatArray, FloatArray] | None:
-    """Solve ``A_S (∇ψ)^{-1}(A_Sᵀμ) = 1`` for ``μ`` by damped Newton; ``None`` if it fails."""
+    """Solve ``A_S (∇ψ)^{-1}(A_Sᵀμ) = 1`` for ``μ`` by damped Newton on ``h(margins) = 1``; ``None`` if it fails.
+
+    The margins ``g(μ) = A_S w(μ)``, ``w(μ) = sign(u)|u|^{q−1}``, ``u = A_Sᵀμ``, are homogeneous of
+    degree ``q − 1`` in ``μ``. Newton runs on the equivalent equations
+
+        G(μ) = h(g(μ)) − 1 = 0,    h(t) = sign(t)|t|^{p−1}    (increasing, h(1) = 1: same roots),
+
+    which are homogeneous of degree 1: a row whose columns of ``W`` no other row touches has
+    ``G_k = c_k μ_k − 1`` and is solved in one step from any ``μ_k > 0``, however many decades off.
+    (Newton on ``g − 1`` itself shrinks a too-large ``μ_k`` by only a factor ``1 − (p − 1)`` per
+    step: 10 % at ``p = 1.1``, hundreds of steps for a start 10⁵× too large.)
+
+    (``h(g(μ)) = c_k μ_k`` for either sign of ``μ_k``, as ``h`` and ``w`` are odd.)
+
+    Step: ``J Δ = −ρ`` with ``J = ∂g/∂μ = A_S diag((q−1)|u|^{q−2}) A_Sᵀ`` and
+    ``ρ_k = G_k/h'(g_k) = (q−1)(g_k − |g_k|^{2−p})`` (Newton on ``G``); at ``g_k = 0``, where ``h'`` is
+    0 or ∞, ``ρ_k = g_k − 1`` (Newton on the margin itself). Either way ``ρ_k = s_k G_k`` with
+    ``s_k > 0`` (``h`` increasing), so ``Δ`` is a descent direction of ``||G||``. By Euler's identity
+    ``J μ = (q−1) g`` the full step is ``μ⁺ = J^{-1} b``, ``b_k = (q−1)|g_k|^{2−p}`` (1 where ``g_k = 0``),
+    solved for directly; the trial point ``μ + t(μ⁺ − μ)`` is halved until ``||G||`` decreases (at
+    most 27 times, to ``t ≈ 1e-8``). ``J`` is solved after the symmetric diagonal scaling
+    ``D^{−½} J D^{−½}`` (``D = diag J``): unit diagonal whatever the multipliers' sizes.
+
+    Returns ``(μ, w(μ))`` once ``max|g(μ) − 1| ≤ NEWTON_TOL`` (checked before the first step and after
+    each of at most ``max_iter`` steps); ``None`` when the budget runs out, the line search fails,
+    ``J`` is singular, or the map is not differentiable at an entry ``u = 0`` (``q < 2``).
+    """
     e = 1.0 / (p - 1.0)  # q − 1
     mu = np.array(mu0, dtype=np.float64)
-    ones = np.ones(AS.shape[0])
 
-    def F(m: FloatArray) -> tuple[FloatArray, FloatArray]:
+    def margins(m: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, float]:
         u = AS.T @ m
-        w = _signed_pow(u, e)
-        return AS @ w - ones, u
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):  # far from the root: inf/nan
+            w = _signed_pow(u, e)
+            g = AS @ w
+            merit = float(np.linalg.norm(_signed_pow(g, p - 1.0) - 1.0))  # ||G(μ)||, h(g) = sign(g)|g|^{p−1}
+        return g, u, w, merit if math.isfinite(merit) else math.inf
 
-    r, u = F(mu)
-    for _ in range(max_iter):
-        if float(np.max(np.abs(r))) <= NEWTON_TOL:
-            return mu, _signed_pow(u, e)
-        with np.errstate(divide="ignore"):
+    def converged(g: FloatArray) -> bool:
+        return bool(float(np.max(np.abs(g - 1.0))) <= NEWTON_TOL)
+
+    g, u, w, merit = margins(mu)
+    for step in range(max_iter + 1):
+        if converged(g):
+            return mu, w
+        if step == max_iter or not np.all(np.isfinite(g)):
+            return None
+        with np.errstate(divide="ignore", over="ignore", under="ignore"):
             dw = e * np.abs(u) ** (e - 1.0)  # d/du sign(u)|u|^e = e|u|^{e−1}
         if not np.all(np.isfinite(dw)):
             return None  # an entry u = 0 with q < 2: the map is not differentiable there
         J = (AS * dw) @ AS.T
+        # The Newton iterate μ⁺ = μ + Δ in closed form: Euler's identity J μ = (q−1) g (g is homogeneous
+        # of degree q − 1) turns J Δ = −ρ into J μ⁺ = (q−1) g − ρ = (q−1)|g|^{2−p} (1 where g = 0), so
+        # μ⁺ is solved for directly, not as μ + Δ, which cancels to 0 when μ⁺ is many binades below μ.
+        b = np.ones_like(g)
+        nz = g != 0
+        with np.errstate(over="ignore", under="ignore"):
+            b[nz] = e * np.abs(g[nz]) ** (2.0 - p)
+        scale = np.sqrt(np.diag(J))
+        if not (np.all(np.isfinite(b)) and np.all(np.isfinite(J)) and np.all(scale > 0)):
+            return None
         try:
-            step = np.linalg.solve(J, -r)
+            # Symmetric diagonal scaling: the scaled J has a unit diagonal whatever the multipliers' sizes.
+            target = np.linalg.solve(J / np.outer(scale, scale), b / scale) / scale
         except np.linalg.LinAlgError:
             return None
-        t, base = 1.0, float(np.linalg.norm(r))
+        t, trial = 1.0, target
         while t > 1e-8:
-            rn, un = F(mu + t * step)
-            if float(np.linalg.norm(rn)) < base or float(np.max(np.abs(rn))) <= NEWTON_TOL:
+            gn, un, wn, mn = margins(trial)
+            if mn < merit or converged(gn):
                 break
             t *= 0.5
+            trial = (1.0 - t) * mu + t * target  # damped: μ + t(μ⁺ − μ)
         else:
             return None
-        mu, r, u = mu + t * step, rn, un
-    return None
+        mu, g, u, w, merit = trial, gn, un, wn, mn
+    return None  # pragma: no cover  (the loop returns at step == max_iter)
 
 
 def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) -> LpSVMSolution:
@@ -332,9 +396,12 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
     Hölder duality-gap certificate described in the module docstring. Solved on a power-of-two
     mantissa of the rows: ``W_p(cX, cz) = W_p(X, z)/c²``, multipliers ``/c^{2p}``.
 
-    Scale: any finite data; ``W`` to the solver's accuracy (gap ≲ 1e-8, ~1e-13 polished); raises
-    :class:`NumericalError` when ``max|W_p|``, the objective or the largest multiplier is not a
-    normal double.
+    Scale: any finite data; polished, ``W`` and ``μ`` to ~1e-13 (the Newton polish converges in a
+    step or two per active set even with multipliers 20 decades apart, p ≤ 2); unpolished, Clarabel's
+    answer with its certificate ``gap`` (≲ 1e-8 when the multipliers are within a few decades; up to
+    ~1e-5 measured when they are 8+ decades apart and p > 2, where a column of ``W`` untouched by the
+    starting active set stops the polish); raises :class:`NumericalError` when ``max|W_p|``, the
+    objective or the largest multiplier is not a normal double.
 
     References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581 (ℓp-Att-SVM).
 
