@@ -16,6 +16,8 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
+from hypothesis import event, example, given, settings
+from hypothesis import strategies as st
 
 import attnsvm as A
 from attnsvm.errors import (
@@ -1177,3 +1179,115 @@ def test_the_most_violated_row_is_added_even_when_a_lesser_violation_comes_first
     np.testing.assert_allclose(r.coords, [1.0, 5.0], rtol=0, atol=EXACT_ATOL)
     np.testing.assert_allclose(r.multipliers, [1.0, 0.0, 5.0], rtol=0, atol=EXACT_ATOL)
     assert r.certified
+
+
+# ================================== an honest certificate of the dense dual (issue 13 §1: error_bound)
+#: mpmath precision of the exact two-row optima (50 digits: every float64 input is exact there, and the
+#: closed forms lose at most a few digits to the cancellation 1 − c).
+MP_DPS = 50
+#: ``error_bound`` is first order with no constant (``cond·eps``): at the rounding floor the returned entries
+#: carry their own rounding (one ldexp and a few products each, d = 2), a few eps of ||W||. 8·eps covers it
+#: and is far below every error the defect produced (≥ 1e-11).
+BOUND_FLOOR = 8 * float(np.finfo(np.float64).eps)
+
+
+def _one_sequence(rows):
+    """One sequence, query ``e₁``, selected token 0 at the origin, tokens ``−Δ_t``: constraints ``Δ_tᵀw ≥ 1``
+    on the first column ``w`` of ``W`` (d = 2; the second column is 0 at the optimum)."""
+    X = np.zeros((1, len(rows) + 1, 2))
+    for t, dl in enumerate(rows, start=1):
+        X[0, t] = -np.asarray(dl, dtype=float)
+    return A.Instance(X, np.ones(1), np.array([1.0, 0.0]), np.array([[1.0, 0.0]]))
+
+
+def _mp_rel_err(W, w_exact):
+    """``||W − w e₁ᵀ||_F/||w||`` in mpmath."""
+    import mpmath as mp
+
+    W = np.asarray(W)
+    num = sum((mp.mpf(float(W[k, 0])) - w_exact[k]) ** 2 + mp.mpf(float(W[k, 1])) ** 2 for k in range(2))
+    return float(mp.sqrt(num) / mp.sqrt(sum(v**2 for v in w_exact)))
+
+
+def _two_row_optimum(c, e):
+    """``argmin ||w|| s.t. w₁ ≥ 1, c·w₁ + e·w₂ ≥ 1`` (``e > 0``) in mpmath: the least-norm feasible point among the
+    three active-set candidates (row 1 alone, row 2 alone, both; both is always feasible)."""
+    import mpmath as mp
+
+    mp.mp.dps = MP_DPS
+    cm, em = mp.mpf(c), mp.mpf(e)
+    cands = [[mp.mpf(1), (1 - cm) / em]]
+    if cm >= 1:
+        cands.append([mp.mpf(1), mp.mpf(0)])
+    r2 = [cm / (cm**2 + em**2), em / (cm**2 + em**2)]
+    if r2[0] >= 1:
+        cands.append(r2)
+    return min(cands, key=lambda v: v[0] ** 2 + v[1] ** 2)
+
+
+@pytest.mark.parametrize("first", [False, True])
+@pytest.mark.parametrize("gap, e", [(1e-14, 1e-7), (1e-15, 10.0**-7.5)])
+def test_dense_dual_bound_covers_a_row_violated_below_rounding(gap, e, first):
+    """Oracle: the exact optimum in mpmath at 50 digits. Rows ``(c, e)`` and ``(1, 0)``, ``c = 1 − gap``: both
+    bind, ``W_mm = (1, gap/e)e₁ᵀ``. The refinement solves ``(c, e)`` alone and accepts ``(1, 0)``, violated by
+    ~1e-17 (below rounding), amplified by ``1/σ_min ≈ 1/e``: ``W = (1, e)e₁ᵀ``, 8e-11 (resp. 2.5e-11) from the
+    truth. It used to be certified with ``error_bound = 2.2e-16``; now the bound covers the error (and the
+    ~3e-15/e it must allow for a slack of unknown sign exceeds CERTIFY_RTOL: not certified)."""
+    c = 1.0 - gap
+    sol = solve_svm(
+        _one_sequence([(1.0, 0.0), (c, e)] if first else [(c, e), (1.0, 0.0)]), [0], method="dual"
+    )
+    err = _mp_rel_err(sol.W, _two_row_optimum(c, e))
+    assert err <= sol.error_bound + BOUND_FLOOR
+    assert sol.certified == (sol.error_bound <= CERTIFY_RTOL)
+
+
+@pytest.mark.parametrize("method", ["primal", "vector"])
+def test_held_negative_multiplier_from_a_conic_hint_enters_the_bound(method):
+    """Oracle: the hand solution ``W_mm = e₁e₁ᵀ`` (the row ``Δ_a = (1, √3)/(1 − g)`` has margin ``1/(1 − g) > 1``
+    there, so only ``Δ_b = (1, 0)`` binds), compared in mpmath. The conic answer puts both rows in the hint (slack
+    ``g ≤ HINT_SLACK``), and the refinement keeps ``λ_a ≈ −4e-10·λ_b`` (within ``MULTIPLIER_RTOL``) as an
+    equality: ``W`` is ``g/√3 ≈ 3.5e-10`` from ``W_mm``. The certificate used to claim ``cond·eps = 6.7e-16``; now
+    ``error_bound ≥`` the true error (it adds ``||λ_N||₁/||Ŵ||``). The dense dual (NNLS start) is exact here."""
+    import mpmath as mp
+
+    mp.mp.dps = MP_DPS
+    g = 6e-10
+    X = np.zeros((2, 2, 2))
+    X[0, 1] = -np.array([1.0 / (1.0 - g), np.sqrt(3.0) / (1.0 - g)])
+    X[1, 1] = -np.array([1.0, 0.0])
+    inst = A.Instance(X, np.ones(2), np.array([1.0, 0.0]), np.array([[1.0, 0.0], [1.0, 0.0]]))
+    sol = solve_svm(inst, [0, 0], method=method)
+    err = _mp_rel_err(sol.W, [mp.mpf(1), mp.mpf(0)])
+    assert err > 1e3 * float(np.finfo(np.float64).eps)  # the construction: the held multiplier moves W
+    assert err <= sol.error_bound + BOUND_FLOOR
+    assert sol.certified == (sol.error_bound <= CERTIFY_RTOL)
+    exact = solve_svm(inst, [0, 0], method="dual")
+    assert _mp_rel_err(exact.W, [mp.mpf(1), mp.mpf(0)]) <= exact.error_bound + BOUND_FLOOR
+
+
+@settings(max_examples=100, deadline=None, database=None)
+# the reported defects (issue 13 §1): a violation below rounding amplified by 1/σ_min, certified at 2.2e-16
+@example(p_gap=-14.0, sign=1.0, p_e=-7.0, first=False)
+@example(p_gap=-15.0, sign=1.0, p_e=-7.5, first=False)
+@given(
+    p_gap=st.floats(-16.0, -8.0),
+    sign=st.sampled_from([1.0, -1.0]),
+    p_e=st.floats(-8.0, 0.0),
+    first=st.booleans(),
+)
+def test_dense_dual_two_row_error_bound_is_an_upper_bound(p_gap, sign, p_e, first):
+    """Oracle: the exact optimum in mpmath at 50 digits (:func:`_two_row_optimum`). Rows ``(1, 0)`` and
+    ``(1 − g, e)``, ``g = ±10^p_gap``, ``e = 10^p_e``, in either order: nearly parallel rows, violations below
+    rounding, either row alone or both binding. ``W`` is within ``error_bound`` of the exact answer (certified
+    or not), and ``certified`` iff the bound is ≤ CERTIFY_RTOL (the KKT residuals are at rounding here). No
+    discards: the exact least norm is ≤ √2 over this range (``g/e ≤ 1``, or ``(1, 0)`` feasible when ``c ≥ 1``),
+    so every example is feasible and solved."""
+    c, e = 1.0 - sign * 10.0**p_gap, 10.0**p_e
+    w = _two_row_optimum(c, e)
+    sol = solve_svm(
+        _one_sequence([(1.0, 0.0), (c, e)] if first else [(c, e), (1.0, 0.0)]), [0], method="dual"
+    )
+    event(f"certified={sol.certified}")
+    assert _mp_rel_err(sol.W, w) <= sol.error_bound + BOUND_FLOOR
+    assert sol.certified == (sol.error_bound <= CERTIFY_RTOL)

@@ -20,8 +20,11 @@ SVD least-norm solve on an exact factor of the Gram matrix, the step is repeated
 negative multipliers dropped, violated rows added) until ``λ_S ≥ 0`` and every other row has
 slack, with a Lawson–Hanson NNLS (the dual solved as a least-distance program) as the fallback
 and as the dual method's own starting point. The result carries its KKT residuals and the
-error bound ``cond(K_S)·eps``; it is *certified* when that bound and the residuals are below
-:data:`CERTIFY_RTOL` (1e-9 relative).
+error bound ``cond(K_S)·eps`` plus what the step's two tolerances can leave (:func:`_fro_error_bound`:
+multipliers held at ``λ_r < 0`` within ``MULTIPLIER_RTOL``, and rows outside ``S`` whose slack is below
+rounding, amplified by ``1/σ_min`` when nearly parallel to rows of ``S``); so it bounds the relative
+error of the returned ``W`` (first order), and it is *certified* when that bound and the residuals are
+below :data:`CERTIFY_RTOL` (1e-9 relative).
 
 ``norm="nuc"`` solves ``min ||W||_*`` under the same constraints with cvxpy + Clarabel (an SDP),
 rescales ``W`` to restore exact feasibility, and certifies its objective by a dual lower bound.
@@ -256,7 +259,9 @@ class SVMSolution:
         :data:`NUC_SUPPORT_TOL`), weakly active ones included.
       weakly_active: the support pairs with multiplier 0 (fro only; ``()`` for nuc).
       kkt: relative :class:`KKTResiduals` of the Frobenius problem (``None`` for nuc).
-      error_bound: fro: ``cond(K_S)·eps``; nuc: the relative optimality gap certified by a dual
+      error_bound: fro: a first-order bound on ``||W − W_mm||_F/||W_mm||_F``: ``cond(K_S)·eps``, plus the
+        terms of held negative multipliers and of rows left out with a slack below rounding (see
+        :func:`_fro_error_bound`; generically 0); nuc: the relative optimality gap certified by a dual
         feasible point, ``(||W||_* − lower bound)/||W||_*``.
       certified: fro: ``error_bound`` and the KKT residuals are ``≤ CERTIFY_RTOL`` and every support row is
         resolved (``1 > SUPPORT_RTOL·(1 + ||Δ_it||·||z_i||·||W||)``: otherwise its margin is below rounding,
@@ -1040,6 +1045,56 @@ def _weighted_sum(zhat: FloatArray, c: SVMConstraints, lam: FloatArray) -> Float
     return np.asarray(B.T @ zhat, dtype=np.float64)
 
 
+def _correction_norm(L: FloatArray, E: IntArray, V: IntArray, sV: FloatArray) -> float:
+    """``||Δ||`` of the least-norm ``Δ`` with ``L_EΔ = 0`` and ``L_VΔ = δ_V`` (``sV``): ``√(δᵀK_TT⁺δ)``, ``T = E ∪ V``.
+
+    On the exact factor's rows ``L_T`` (``L_T L_Tᵀ = K_TT``) by an SVD, not on ``K_TT``: a nearly parallel row
+    has ``σ_min(L_T)`` ≈ its angle, resolved down to eps, where ``λ_min(K_TT) = σ_min²`` drowns in rounding
+    below √eps. Singular values below the numerical rank count as 0 (as :func:`_tight_solve`): a row of ``V``
+    that repeats rows of ``E`` (ties) adds its own slack, not ``1/0``. The same quantity as the working set's
+    ``_correction_norm`` (which works from its own row store).
+    """
+    T = np.concatenate([E, V]).astype(np.intp)
+    U, sv, _ = np.linalg.svd(L[T], full_matrices=False)
+    kept = sv > max(T.size, L.shape[1]) * EPS * sv[0]
+    delta = np.concatenate([np.zeros(E.size), sV])
+    return math.sqrt(float(np.sum((U[:, kept].T @ delta) ** 2 / sv[kept] ** 2)))
+
+
+def _fro_error_bound(
+    L: FloatArray, lam_raw: FloatArray, base: float, slack: FloatArray, beta: FloatArray, wnorm: float, d: int
+) -> float:
+    """A first-order bound on ``||Ŵ − Ŵ_mm||_F/||Ŵ||_F`` for the unit-row problem (``||â_r|| = 1``).
+
+    ``Ŵ = Σ_E λ_r â_r`` solves the rows ``E`` (``λ_r ≠ 0``) as equalities; ``base = cond(K_E)·eps`` bounds
+    the error of that solve. The refinement's two tolerances can leave more (both were silent before):
+
+    * rows ``N ⊆ E`` kept with ``λ_r < 0`` (within ``−MULTIPLIER_RTOL·max λ``): ``||Ŵ − Ŵ_mm||² ≤
+      Σ_N |λ_r|·(â_rᵀŴ_mm − β_r) ≤ ||λ_N||₁·||Ŵ − Ŵ_mm||`` (``λ_mm ≥ 0``, complementarity): at most ``||λ_N||₁``;
+    * rows ``V ∉ E`` with slack ``s_r`` below the rounding ``ν_r = 4d·eps·(β_r + ||Ŵ||)`` of a computed slack
+      (``_refine`` accepts ``s_r ≥ −ROUNDING_RTOL``; within ``ν_r`` the sign is unknown; either is amplified by
+      ``1/σ_min`` when the row is nearly parallel to rows of ``E``): the optimum with ``T = E ∪ V`` active is
+      within ``||Δ||`` of ``Ŵ``, ``Δ`` the least-norm correction raising each row of ``V`` by
+      ``max(−s_r, 0) + ν_r`` with ``E`` kept (:func:`_correction_norm`).
+
+    Returns ``base + (||λ_N||₁ + ||Δ||)/||Ŵ||``: ``cond(K_S)·eps`` when ``N = V = ∅`` (the generic case).
+    The same bound as the working set's ``_error_bound``.
+    """
+    if not wnorm > 0 or not math.isfinite(base):
+        return base
+    E = np.flatnonzero(lam_raw != 0.0).astype(np.intp)
+    bound = base + float(np.sum(-lam_raw[lam_raw < 0.0])) / wnorm
+    # rounding of a computed slack â_rᵀŴ − β_r (d-term products, Ŵ's own entries): a row within it of 0 may be
+    # violated by up to that much, amplified by 1/σ_min when it is nearly parallel to rows of E
+    noise = 4 * d * EPS * (beta + wnorm)
+    outside = np.ones(slack.size, dtype=bool)
+    outside[E] = False
+    V = np.flatnonzero(outside & (slack < noise)).astype(np.intp)
+    if V.size:
+        bound += _correction_norm(L, E, V, np.maximum(-slack[V], 0.0) + noise[V]) / wnorm
+    return bound
+
+
 _RESCALE_REMEDY = (
     "W_mm(aX, bz) = W_mm(X, z)/(ab): rescale X or z (e.g. by a power of two) and scale the answer back"
 )
@@ -1115,6 +1170,7 @@ class _FroUnit:
     solver: str
     t: tuple[float, float, float]
     unresolved: IntArray  # support rows whose right-hand side is below their resolution
+    error_bound: float  # core.error_bound plus what the refinement's tolerances leave (_fro_error_bound)
 
 
 def _solve_fro_unit(inst: Instance, u: _UnitSVM, method: str) -> _FroUnit:
@@ -1177,7 +1233,10 @@ def _solve_fro_unit(inst: Instance, u: _UnitSVM, method: str) -> _FroUnit:
     # (it needs ||Δ_it||·||z_i||·||W_mm|| ≥ 1/SUPPORT_RTOL: data spanning many orders of magnitude across
     # rows) reads "≥ 0" at working precision: whether it binds, and the sign of its margin, are unresolved.
     unresolved = support[b[support] <= SUPPORT_RTOL * (b[support] + rn[support] * wnorm_hat)]
-    certified = bool(core.error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL and unresolved.size == 0)
+    # cond(K_S)·eps covers the solve on the equality rows only: add the rows the refinement's tolerances left
+    # out (held negative multipliers, rows violated below rounding amplified by 1/σ_min; issue 13 §1)
+    error_bound = _fro_error_bound(fac.L, lam_raw, core.error_bound, margins_hat - b, b, wnorm_hat, inst.d)
+    certified = bool(error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL and unresolved.size == 0)
     return _FroUnit(
         W_hat,
         W_raw,
@@ -1192,6 +1251,7 @@ def _solve_fro_unit(inst: Instance, u: _UnitSVM, method: str) -> _FroUnit:
         solver,
         (t0, t1, t2),
         unresolved,
+        error_bound,
     )
 
 
@@ -1222,7 +1282,7 @@ def _solve_fro(inst: Instance, u: _UnitSVM, method: str) -> SVMSolution:
         support=_pairs_of(c, f.support),
         weakly_active=_pairs_of(c, f.weak),
         kkt=f.kkt,
-        error_bound=float(core.error_bound),
+        error_bound=float(f.error_bound),
         certified=f.certified,
         raw_rel_error=raw_err,
         iterations=core.iterations,
@@ -1338,8 +1398,8 @@ def solve_svm(
       method: ``"auto"``, ``"primal"``, ``"vector"`` or ``"dual"``.
 
     Scale: any finite ``X, z``; ``W_mm(2^jx X, 2^jz z) = 2^−(jx+jz)·W_mm(X, z)`` exactly. Fro: relative
-    Frobenius error ≤ ``error_bound`` (certified ≤ 1e-9), plus ≤ ``d·2^−53`` when entries of ``W`` are
-    subnormal; raises ``NumericalError`` iff ``||W_mm||_F`` (or a margin) is outside ``[2.2e-308, 1.8e308]``;
+    Frobenius error ≤ ``error_bound`` to first order, certified or not (certified ⇒ ≤ 1e-9), plus
+    ≤ ``d·2^−53`` when entries of ``W`` are subnormal; raises ``NumericalError`` iff ``||W_mm||_F`` (or a margin) is outside ``[2.2e-308, 1.8e308]``;
     ``duals = None`` (use ``duals_mantissa·2^duals_exponent``) iff a non-negligible multiplier is. Nuc:
     the same range rule for ``||W||_F`` and ``||W||_*``; objective to the SDP's gap (``error_bound``).
 
@@ -1443,7 +1503,7 @@ def local_optimality_report(inst: Instance, alpha: ArrayLike | None = None) -> L
     if not f.certified:
         raise SolverError(
             "cannot decide local optimality: the Att-SVM(alpha) solution is not certified (error bound "
-            f"{f.core.error_bound:.3g}, largest relative KKT residual {f.kkt.max():.3g} > {CERTIFY_RTOL:g}), "
+            f"{f.error_bound:.3g}, largest relative KKT residual {f.kkt.max():.3g} > {CERTIFY_RTOL:g}), "
             "so its support tokens are uncertain. The instance is degenerate or too badly conditioned; "
             "perturb the data or choose another alpha."
         )
