@@ -163,7 +163,8 @@ def ball_pairs(draw, d: int, R: float):  # type: ignore[no-untyped-def]
     else:
         W2 = W1 + draw(S.weight_matrices(d, (R * 1e-6, R * 1e-1)))
         n2 = np.linalg.norm(W2)
-        W2 = W2 * min(1.0, R / n2)
+        if n2 > R:  # back into the ball (n2 = 0 happens when the step cancels W1 exactly)
+            W2 = W2 * (R / n2)
     return W1, W2
 
 

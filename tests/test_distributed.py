@@ -256,7 +256,7 @@ def test_a_local_run_imports_no_dask() -> None:
     process's sys.modules after local_global, whose batches go through the Dask hook's check)."""
     code = (
         "import sys\n"
-        "from attnsvm import experiments as E\n"
+        "from attnsvm.harness import experiments as E\n"
         "E.run_family(E.FAMILY_REGISTRY['local_global'], 'tiny', 0)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))\n"
     )
