@@ -91,6 +91,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_gd.py",
         "tests/test_gd_edges.py",
         "tests/test_gd_batch_edges.py",
+        "tests/test_gd_more_edges.py",
         "tests/test_gd_batch_refusals.py",
         "tests/test_scale_gd.py",
         "properties/test_gd_batch.py",
