@@ -16,6 +16,7 @@ the unit-row Gram matrix built independently from the public :func:`attnsvm.svm_
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 import pytest
 
 import attnsvm as A
+import attnsvm.svm._solve as svm_solve
 import attnsvm.svm._working_set as ws
 from attnsvm.svm._solve import CERTIFY_RTOL, _pairs_alpha, _unit_svm, solve_svm
 from attnsvm.svm._working_set import solve_svm_working_set
@@ -330,3 +332,88 @@ def test_a_rounding_level_negative_multiplier_is_not_pivoted() -> None:
         assert sol.iterations == pivots, (s, sol.iterations)
         assert np.linalg.norm(sol.W - ref.W) <= AGREE_RTOL * np.linalg.norm(ref.W)
         assert sol.kkt is not None and sol.kkt.dual_feasibility <= CERTIFY_RTOL
+
+
+# ------------------------------------------------------- mutation survivors (issue 13 §4, solver half)
+#: An angle between two token differences whose Cholesky diagonal ratio is 1/sin θ ≈ 1e5: the documented
+#: refusal statistic ratio² ≈ 1e10 is a factor 100 inside FAST_COND_MAX = 1e12 (so rounding of the
+#: diagonal, ~1e-11 relative here, cannot move it across), while any stronger power (ratio³ ≈ 1e15)
+#: would exceed it.
+ACCEPTED_ANGLE = 1e-5
+
+
+def test_gram_cholesky_keeps_a_block_whose_squared_diagonal_ratio_is_inside_the_limit() -> None:
+    """Oracle: the documented refusal rule ``(max|r_kk|/min|r_kk|)² ≤ FAST_COND_MAX`` with the exact 2×2
+    Cholesky factor of ``K̂ = [[1, c], [c, 1]]``, ``c = cos θ``: ``r₁₁ = 1``, ``r₂₂ = sin θ``, so the
+    statistic is ``1/sin²θ ≈ 1e10`` at ``θ = 1e-5``. The factor must be kept (no ``_Singular``) and satisfy
+    ``RᵀR = K̂`` (checked against the public :func:`attnsvm.svm_gram`)."""
+    theta = ACCEPTED_ANGLE
+    X = np.zeros((1, 3, 3))
+    X[0, 1] = [-1.0, 0.0, 0.0]
+    X[0, 2] = [-math.cos(theta), -math.sin(theta), 0.0]
+    inst = A.Instance(X, np.ones(1), np.ones(3), np.array([[0.0, 0.0, 1.0]]))
+    K = _unit_gram(inst, [0], np.array([0, 1]))
+    stat = 1.0 / (1.0 - K[0, 1] ** 2)  # the oracle's (r₁₁/r₂₂)² = 1/sin²θ
+    assert 10 * stat <= ws.FAST_COND_MAX < stat**1.5  # inside for the square, outside for any cube
+    chol = ws._GramCholesky(_rows_of(inst, [0]))
+    chol.update(np.array([0, 1], dtype=np.intp))  # must not raise
+    assert chol.F.tolist() == [0, 1]
+    assert np.max(np.abs(chol.R.T @ chol.R - K)) <= FACTOR_ATOL_PER_TERM * (2 + inst.d)
+
+
+def test_progress_reports_the_elapsed_wall_time() -> None:
+    """Oracle: the clock read around the call. ``progress``'s ``elapsed_s`` is the time since the call
+    started (documented), so every value lies in ``[0, t_after − t_before]`` and never decreases."""
+    inst = A.random_instance(16, 8, 16, seed=0)
+    seen: list[dict[str, Any]] = []
+    t_before = time.perf_counter()
+    solve_svm_working_set(inst, chunk=7, progress=seen.append)
+    wall = time.perf_counter() - t_before
+    el = [float(p["elapsed_s"]) for p in seen]
+    assert len(el) >= 2
+    assert all(0.0 <= e <= wall for e in el), (el, wall)
+    assert all(b >= a for a, b in zip(el, el[1:], strict=False))
+
+
+@pytest.mark.parametrize("gram_factor", [False, True], ids=["primal-coordinates", "multipliers"])
+def test_a_non_finite_exact_core_solution_raises_the_documented_error(
+    monkeypatch: pytest.MonkeyPatch, gram_factor: bool
+) -> None:
+    """Oracle: the documented ``Raises`` (``SolverError`` when "the solution is not finite") and its text.
+    Fault injection: with the fast path disabled (every factor refused, as ``test_exact_core_fallback``)
+    the exact core's ``Ŵ`` (computed from the real factor, constraints and core result) is made non-finite,
+    as a badly conditioned core would return it. The warm-started solve then fails the norm test, the
+    cold re-solve is non-finite too, and the call must raise ``SolverError`` naming the cause, never
+    return a NaN ``W`` or a foreign exception. Both ways of forming ``Ŵ`` are exercised: from the compressed
+    factor's primal coordinates, and (with ``MAX_FACTOR_ENTRIES = 0`` forcing the Gram eigendecomposition
+    factor) from the multipliers and the restricted rows."""
+    real = ws._core_W
+
+    def poisoned(u: Any, fac: Any, cS: Any, core: Any) -> np.ndarray:
+        return np.asarray(real(u, fac, cS, core)) * math.inf  # ±inf where W ≠ 0, NaN where W = 0
+
+    monkeypatch.setattr(ws, "FAST_COND_MAX", 0.0)
+    monkeypatch.setattr(ws, "_core_W", poisoned)
+    if gram_factor:
+        monkeypatch.setattr(svm_solve, "MAX_FACTOR_ENTRIES", 0)
+    inst = A.random_instance(6, 5, 6, seed=0, family="unit")
+    with pytest.raises(A.SolverError, match=r"the Att-SVM solution is not finite; the instance is too badly"):
+        solve_svm_working_set(inst)
+
+
+def test_a_working_set_that_does_not_settle_names_the_round_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Oracle: the contract that an error names its cause (issue 13 §1). With the fast path disabled and
+    the round limit cut to one, an instance whose exact-core working set needs several rounds (one row
+    joins per round, ``chunk=1``; the rounds counted from ``progress`` on an unlimited run) must raise
+    ``SolverError`` saying that the working set (not block pivoting) did not settle, and pointing to the
+    dense solver."""
+    monkeypatch.setattr(ws, "FAST_COND_MAX", 0.0)
+    inst = A.random_instance(16, 8, 16, seed=0)
+    seen: list[dict[str, Any]] = []
+    solve_svm_working_set(inst, chunk=1, progress=seen.append)
+    assert sum(p["path"] == "exact" for p in seen) >= 2  # the exact core needs more than one round
+    monkeypatch.setattr(ws, "MAX_ROUNDS", 1)
+    with pytest.raises(
+        A.SolverError, match=r"\(the working set did not settle\); use solve_svm\(method='dual'\)"
+    ):
+        solve_svm_working_set(inst, chunk=1)
