@@ -1291,3 +1291,81 @@ def test_dense_dual_two_row_error_bound_is_an_upper_bound(p_gap, sign, p_e, firs
     event(f"certified={sol.certified}")
     assert _mp_rel_err(sol.W, w) <= sol.error_bound + BOUND_FLOOR
     assert sol.certified == (sol.error_bound <= CERTIFY_RTOL)
+
+
+# --- issue 13 §4 sprint (svm2): messages of rarely reached errors --------------------------------
+
+
+def test_unknown_method_message_names_the_solver_method_argument():
+    """Oracle: the documented message of :func:`attnsvm.errors.unknown_name` (``unknown <what> <given!r>``);
+    the argument is named in the words the API uses, lower case."""
+    inst = A.random_instance(3, 4, 5, seed=0)
+    with pytest.raises(UnknownNameError, match=r"^unknown solver method 'simplex'; expected one of "):
+        solve_svm(inst, method="simplex")
+
+
+def test_min_norm_dual_support_hint_message_quotes_the_hint_given():
+    """Oracle: the documented message — the rejected ``support_hint`` is quoted back as given."""
+    with pytest.raises(InvalidInstanceError, match=r"got array\(\[1\.7\]\)"):
+        min_norm_dual(np.eye(2), np.ones(2), support_hint=[1.7])
+
+
+def test_min_norm_dual_not_psd_message_reports_the_negative_eigenvalue():
+    """Oracle: hand-solved spectrum. ``K = [[1, 2], [2, 1]]`` has eigenvalues −1 and 3 (any exact power-of-two
+    equilibration keeps their signs): the message must report the smallest, a negative number."""
+    with pytest.raises(InvalidInstanceError, match=r"smallest eigenvalue is -\d"):
+        min_norm_dual(np.array([[1.0, 2.0], [2.0, 1.0]]), np.ones(2))
+
+
+#: One binding row: the nuclear-norm optimum is ``1/(|Δ|·|z|)`` and the dual certificate
+#: ``β·μ/||μ Δ̂ ẑᵀ||₂`` is exact up to a handful of roundings (one product, one 2-norm, one division):
+#: 64·eps ≈ 1.4e-14 leaves ~20× over that.
+NUC_ONE_ROW_GAP = 64 * np.finfo(float).eps
+
+
+@pytest.mark.parametrize("delta", [0.99, 0.75, 0.5])
+@pytest.mark.parametrize("zq", [0.99, 0.75, 0.5])
+def test_nuclear_one_row_gap_is_certified_at_rounding(delta, zq):
+    """Oracle: hand-solved instance in exact Fractions. One sequence, one constraint ``δ·W₁₁·ζ ≥ 1``
+    (``Δ = (δ, 0)``, ``z = (ζ, 0)``, mantissas in ``[½, 1)``; at ``δ = ζ = 0.99`` the certificate's operator
+    norm ``||μ Δ̂ ẑᵀ||₂`` is in ``(0, 1]``, the case a ``> 1`` test would drop to the trivial lower bound 0):
+    ``min ||W||_* = 1/(δζ)``. The reported gap (``error_bound``) must be at rounding level, and the objective
+    within it of the exact value."""
+    from fractions import Fraction
+
+    X = np.zeros((1, 2, 2))
+    X[0, 1] = (-delta, 0.0)
+    inst = A.Instance(X, np.ones(1), np.array([1.0, 0.0]), np.array([[zq, 0.0]]))
+    sol = solve_svm(inst, [0], norm="nuc")
+    exact = 1 / (Fraction(delta) * Fraction(zq))
+    assert sol.error_bound <= NUC_ONE_ROW_GAP
+    assert (
+        abs(Fraction(sol.objective) - exact)
+        <= (Fraction(sol.error_bound) + Fraction(NUC_ONE_ROW_GAP)) * exact
+    )
+
+
+def test_nuclear_norm_solver_reporting_infeasible_message_is_complete(monkeypatch):
+    """Oracle: the documented message, in full (fault injection: the conic solver reports infeasible)."""
+    _fake_conic(monkeypatch, 0.0, "infeasible")
+    with pytest.raises(
+        SolverError,
+        match=r"^nuclear-norm Att-SVM: cvxpy reported infeasible, but the exact Frobenius dual finds a feasible "
+        r"point \(the constraint sets are the same\); the conic solver failed\.$",
+    ):
+        solve_svm(A.random_instance(3, 3, 3, seed=0), norm="nuc")
+
+
+def test_nnls_iteration_limit_on_the_dual_is_a_solver_error(monkeypatch):
+    """Oracle: the documented message (fault injection: scipy's NNLS hits its iteration limit, which it
+    reports as ``RuntimeError``); the cause is named and scipy's own text is quoted."""
+
+    def stuck(*args, **kwargs):
+        raise RuntimeError("Maximum number of iterations reached.")
+
+    monkeypatch.setattr(S.scipy.optimize, "nnls", stuck)
+    K, b = _generic(0)
+    with pytest.raises(
+        SolverError, match=r"^NNLS did not converge on the dual \(Maximum number of iterations reached\.\)"
+    ):
+        min_norm_dual(K @ K.T, b)
