@@ -113,11 +113,13 @@ def test_vec_functions_refuse_wrong_rank(p: int, q: int, r: int) -> None:
             ufn(np.zeros((p, q)), (p, q))
 
 
-@given(S.instances_and_weights(scale=(1e-1, 1e1)), st.text(min_size=1, max_size=8))
+# A valid kind is excluded by the strategy (Hypothesis's filter health check bounds the rejections).
+@given(
+    S.instances_and_weights(scale=(1e-1, 1e1)),
+    st.text(min_size=1, max_size=8).filter(lambda s: s not in A.KINDS),
+)
 def test_unknown_kind_message_names_it(pair: tuple[Instance, np.ndarray], name: str) -> None:
     inst, W = pair
-    if name in A.KINDS:
-        return  # a valid kind: nothing to refuse
     expected = re.escape(
         f"unknown attention kind {name!r}; expected one of 'softmax', 'linear', 'normalized_linear'"
     )
