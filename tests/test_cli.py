@@ -208,7 +208,10 @@ def test_reproduce_writes_every_file(report: tuple[Path, dict, subprocess.Comple
 
 def test_results_json_agrees_with_api(report: tuple[Path, dict, subprocess.CompletedProcess[str]]) -> None:
     from attnsvm.gd._engine import direction_gap, run_gd
-    from attnsvm.harness import experiments as E
+    from attnsvm.harness.families import convergence as fam_convergence
+    from attnsvm.harness.families import lipschitz as fam_lipschitz
+    from attnsvm.harness.families import saturation as fam_saturation
+    from attnsvm.harness.families import svm as fam_svm
     from attnsvm.lipschitz import lipschitz_bound
     from attnsvm.svm._solve import solve_svm
 
@@ -218,12 +221,12 @@ def test_results_json_agrees_with_api(report: tuple[Path, dict, subprocess.Compl
 
     # SVM: the dual's objective for the first instance.
     row = next(r for r in fams["svm"]["tables"]["solves"] if r["method"] == "dual")
-    cfg = E.SVM_SIZES["tiny"]
+    cfg = fam_svm.SVM_SIZES["tiny"]
     inst = A.random_instance(cfg["n"], cfg["T"], row["d"], seed=row["seed"])
     assert row["objective"] == solve_svm(inst, method="dual").objective
 
     # Lipschitz: the certified bounds are deterministic closed forms.
-    cfg = E.LIPSCHITZ_SIZES["tiny"]
+    cfg = fam_lipschitz.LIPSCHITZ_SIZES["tiny"]
     inst = A.random_instance(*cfg["shape"], seed=seed)
     for r in fams["lipschitz"]["tables"]["weights"]:
         if r["instance"] == 0:
@@ -233,7 +236,7 @@ def test_results_json_agrees_with_api(report: tuple[Path, dict, subprocess.Compl
     # Convergence: the batched, segmented run against the single-instance engine. run_gd_batch
     # equals run_gd to 1e-8 relative (issue 4), so unit directions differ by ≤ ~2e-8 and the gap
     # ½||Ŵ − Ŵ_mm||² by ≤ ~2·2e-8·||Ŵ − Ŵ_mm|| ≤ 1e-7.
-    cfg = E.CONVERGENCE_SIZES["tiny"]
+    cfg = fam_convergence.CONVERGENCE_SIZES["tiny"]
     inst = A.random_instance(*cfg["shape"], seed=seed, family=cfg["family"])
     last = cfg["marks"][-1]
     rec = next(
@@ -241,14 +244,14 @@ def test_results_json_agrees_with_api(report: tuple[Path, dict, subprocess.Compl
         for r in fams["convergence"]["tables"]["runs"]
         if r["seed"] == seed and r["step"] == last and r["mode"] == "normalized" and r["loss"] == "logistic"
     )
-    traj = run_gd(inst, steps=last, lr=E.CONVERGENCE_LR["normalized"])
+    traj = run_gd(inst, steps=last, lr=fam_convergence.CONVERGENCE_LR["normalized"])
     ref = solve_svm(inst, alpha=traj.final_tokens).W
     assert rec["tokens"] == " ".join(map(str, traj.final_tokens))
     assert rec["gap"] == pytest.approx(direction_gap(traj.W, ref), abs=1e-7)
     assert rec["norm_W"] == pytest.approx(np.linalg.norm(traj.W), rel=1e-8)
 
     # Saturation: the stable gradient at the first radius against the API (same inputs, same code).
-    cfg = E.SATURATION_SIZES["tiny"]
+    cfg = fam_saturation.SATURATION_SIZES["tiny"]
     assert fams["saturation"]["numbers"]["points"] == len(cfg["scales"]) * cfg["seeds"]
 
     # Symbolic: every listed identity is proved.

@@ -39,6 +39,8 @@ from attnsvm.harness.distributed import (
     check_scheduler,
     gd_chunk_bounds,
 )
+from attnsvm.harness.families import _common as fam_common
+from attnsvm.harness.families import local_global as fam_local_global
 from attnsvm.model._instance import random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +163,7 @@ def test_existing_scheduler_gives_bitwise_serial_results() -> None:
     assert calls[-1] == (1, 1) and len(calls) >= 2, calls  # ≥ 1 message from the task, then completion
     assert submitted == 0 and reported == [0, 1]
     for (_, W_d, tok_d), (_, W_s, tok_s) in zip(
-        out, E._segmented_batch(insts, [5, 20], 0.1, True, "logistic", "cpu"), strict=True
+        out, fam_common.segmented_batch(insts, [5, 20], 0.1, True, "logistic", "cpu"), strict=True
     ):
         assert np.array_equal(W_d, W_s) and np.array_equal(tok_d, tok_s)
 
@@ -218,7 +220,7 @@ SPLIT_BATCH = 4 * GD_CHUNK - 2
 def test_gd_batch_split_into_dask_tasks_is_bitwise_serial(
     cluster: Any, shape: tuple[int, int, int], marks: list[int]
 ) -> None:
-    """A family's GD batch (experiments._segmented_batch) run from a Dask task is split into ≥ 2 chunk
+    """A family's GD batch (experiments.segmented_batch) run from a Dask task is split into ≥ 2 chunk
     tasks per segment, and its iterates and tokens at every mark are bitwise those of the serial run
     in this process (oracle: the serial run; np.array_equal), for normalized and plain GD, from 0 and
     from a given W0; the family's on_mark sees every mark, in order."""
@@ -236,7 +238,7 @@ def test_gd_batch_split_into_dask_tasks_is_bitwise_serial(
     ]
     with distributed.Client(cluster) as client:
         for loss, normalized, lr, start in cases:
-            serial = E._segmented_batch(insts, marks, lr, normalized, loss, "cpu", W0=start)
+            serial = fam_common.segmented_batch(insts, marks, lr, normalized, loss, "cpu", W0=start)
             fut = client.submit(
                 _gd_batch_task, insts, marks, lr, normalized, loss, "cpu", start, GD_CHUNK, pure=False
             )
@@ -309,7 +311,7 @@ def test_a_failing_chunk_names_the_instance_as_the_batch_does(cluster: Any) -> N
     one = insts[bad]
     insts[bad] = Instance(np.repeat(one.X[:, :1, :], one.T, axis=1), one.Y, one.v, one.z)
     with pytest.raises(NumericalError) as serial:
-        E._segmented_batch(insts, [5, 20], 0.1, True, "logistic", "cpu")
+        fam_common.segmented_batch(insts, [5, 20], 0.1, True, "logistic", "cpu")
     assert f"instance {bad}:" in str(serial.value)
     with distributed.Client(cluster) as client:
         fut = client.submit(_gd_batch_task, insts, [5, 20], 0.1, True, "logistic", "cpu", pure=False)
@@ -323,13 +325,13 @@ def test_family_with_split_gd_batches_is_bitwise_serial(cluster: Any) -> None:
     bitwise the serial family result (oracle: the serial run, every float's bits); the chunk tasks did
     run (the scheduler's task stream holds them)."""
     distributed = need("distributed")
-    assert E.LOCAL_GLOBAL_SIZES["small"]["runs"] >= 2 * GD_CHUNK
+    assert fam_local_global.LOCAL_GLOBAL_SIZES["small"]["runs"] >= 2 * GD_CHUNK
     serial = exact(E.run_family(E.FAMILY_REGISTRY["local_global"], "small", 2))
     with distributed.Client(cluster) as client, distributed.get_task_stream(client=client) as ts:
         (got,) = E.run_families("small", 2, names=["local_global"], scheduler=cluster.scheduler_address)
     assert exact(got) == serial
     chunk_keys = [t["key"] for t in ts.data if str(t["key"]).startswith("attnsvm-gd-local_global-")]
-    assert len(chunk_keys) >= 2 * len(E.LOCAL_GLOBAL_SIZES["small"]["ds"]) * 2, len(chunk_keys)
+    assert len(chunk_keys) >= 2 * len(fam_local_global.LOCAL_GLOBAL_SIZES["small"]["ds"]) * 2, len(chunk_keys)
 
 
 def test_scheduler_errors_name_the_cause(

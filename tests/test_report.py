@@ -15,6 +15,13 @@ import pytest
 
 import attnsvm as A
 from attnsvm.harness import experiments as E
+from attnsvm.harness.families import convergence as fam_convergence
+from attnsvm.harness.families import lipschitz as fam_lipschitz
+from attnsvm.harness.families import multitoken as fam_multitoken
+from attnsvm.harness.families import regpath as fam_regpath
+from attnsvm.harness.families import saturation as fam_saturation
+from attnsvm.harness.families import textbook_gd as fam_textbook_gd
+from attnsvm.harness.families import toys as fam_toys
 from attnsvm.harness.report import failed_claims, summary_rows, to_jsonable, write_report
 
 
@@ -153,13 +160,13 @@ def test_saturation_family_is_deterministic_and_matches_api() -> None:
     assert not r1.failed
     # Recompute one row's stable relative error directly: the oracle's direction is a unit matrix
     # that the API gradient, normalised, must match to the bound the family checks.
-    cfg = E.SATURATION_SIZES["tiny"]
+    cfg = fam_saturation.SATURATION_SIZES["tiny"]
     row = r1.tables["errors"][0]
     n, T, d = cfg["shape"]
     inst = A.random_instance(n, T, d, seed=11)
     U = np.random.default_rng(11 + 1000).standard_normal((d, d))
     W = row["radius"] * U / np.linalg.norm(U)
-    G, _, log_norm = E._mp_gradient(inst, W)
+    G, _, log_norm = fam_saturation._mp_gradient(inst, W)
     g = A.risk_grad(inst, W)
     expected = float(np.max(np.abs(g - G * math.exp(log_norm))) / np.max(np.abs(G * math.exp(log_norm))))
     assert row["stable_rel_err"] == expected
@@ -213,7 +220,7 @@ def _candidate(seed: int) -> dict:
 def test_counterexample_confirmation_separates_artefacts_from_survivors():
     """Seed 20000 is not locally optimal at step 1000 but changes tokens by step 10⁴ (an artefact of
     the finite horizon); seed 20031 keeps its non-locally-optimal tokens and keeps diverging."""
-    from attnsvm.harness.experiments import _confirm_counterexamples
+    from attnsvm.harness.families.local_global import _confirm_counterexamples
     from attnsvm.svm._solve import is_locally_optimal
 
     artefact, survivor = _candidate(20000), _candidate(20031)
@@ -354,10 +361,19 @@ def test_coinciding_lines_say_so_in_the_legend() -> None:
 def test_convergence_figures_state_size_and_seeds(cheap_results: dict[str, E.FamilyResult]) -> None:
     """Oracle: each family's size configuration. The figure's title names n, T, d and the seeds."""
     cfgs = {
-        "saturation": (E.SATURATION_SIZES["tiny"]["shape"], E.SATURATION_SIZES["tiny"]["seeds"]),
-        "textbook_gd": (E.TEXTBOOK_GD_SIZES["tiny"]["shape"], E.TEXTBOOK_GD_SIZES["tiny"]["seeds"]),
-        "convergence": (E.CONVERGENCE_SIZES["tiny"]["shape"], E.CONVERGENCE_SIZES["tiny"]["seeds"]),
-        "regpath": (E.REGPATH_SIZES["tiny"]["shape"], E.REGPATH_SIZES["tiny"]["seeds"]),
+        "saturation": (
+            fam_saturation.SATURATION_SIZES["tiny"]["shape"],
+            fam_saturation.SATURATION_SIZES["tiny"]["seeds"],
+        ),
+        "textbook_gd": (
+            fam_textbook_gd.TEXTBOOK_GD_SIZES["tiny"]["shape"],
+            fam_textbook_gd.TEXTBOOK_GD_SIZES["tiny"]["seeds"],
+        ),
+        "convergence": (
+            fam_convergence.CONVERGENCE_SIZES["tiny"]["shape"],
+            fam_convergence.CONVERGENCE_SIZES["tiny"]["seeds"],
+        ),
+        "regpath": (fam_regpath.REGPATH_SIZES["tiny"]["shape"], fam_regpath.REGPATH_SIZES["tiny"]["seeds"]),
     }
     for name, ((n, T, d), seeds) in cfgs.items():
         for fig in cheap_results[name].figures:
@@ -390,7 +406,7 @@ def test_multitoken_points_show_their_run_counts(cheap_results: dict[str, E.Fami
     """Oracle: the runs table. Each share point is annotated 'count/out of', counted from the runs."""
     res = cheap_results["multitoken"]
     runs = res.tables["runs"]
-    R = E.MULTITOKEN_SIZES["tiny"]["runs"]
+    R = fam_multitoken.MULTITOKEN_SIZES["tiny"]["runs"]
     expected = []
     for d in sorted({r["d"] for r in runs}):
         multi = [r for r in runs if r["d"] == d and r["multi"]]
@@ -440,13 +456,17 @@ def test_svm_times_exclude_each_methods_first_call(monkeypatch: pytest.MonkeyPat
 def test_lipschitz_estimates_drawn_over_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Oracle: matplotlib's drawing order and tick labels. Every estimate line is drawn above every
     bound line, the legend sits under the panels (over no curve), and the x ticks are the radii."""
-    monkeypatch.setitem(E.LIPSCHITZ_SIZES, "tiny", {**E.LIPSCHITZ_SIZES["tiny"], "samples": 1, "steps": 1})
+    monkeypatch.setitem(
+        fam_lipschitz.LIPSCHITZ_SIZES,
+        "tiny",
+        {**fam_lipschitz.LIPSCHITZ_SIZES["tiny"], "samples": 1, "steps": 1},
+    )
     res = E.run_family(E.FAMILY_REGISTRY["lipschitz"], "tiny", 0)
     (fig,) = res.figures
     f = _drawn(fig)
     try:
         f.canvas.draw()
-        radii = E.LIPSCHITZ_SIZES["tiny"]["radii"]
+        radii = fam_lipschitz.LIPSCHITZ_SIZES["tiny"]["radii"]
         for ax in f.axes:
             assert ax.get_legend() is None
             lines = {
@@ -468,7 +488,9 @@ def test_toys_figures_mark_targets_ends_and_coinciding_runs(monkeypatch: pytest.
     '(k runs coincide)' label wherever k runs share one line; the global-toy panel plots a positive
     gap (1 − corr is 0 as a difference) under the finding's threshold."""
     monkeypatch.setitem(
-        E.TOY_SIZES, "tiny", {"prompt_steps": 30, "global_steps": 30, "joint_steps": 30, "lp_steps": 30}
+        fam_toys.TOY_SIZES,
+        "tiny",
+        {"prompt_steps": 30, "global_steps": 30, "joint_steps": 30, "lp_steps": 30},
     )
     res = E.run_family(E.FAMILY_REGISTRY["toys"], "tiny", 0)
     prompt, conv = res.figures
@@ -503,16 +525,16 @@ def test_toys_figures_mark_targets_ends_and_coinciding_runs(monkeypatch: pytest.
         _close(f)
     glob = conv.panels[0]
     (gd,) = glob.series
-    assert all(v > 0 for v in gd.y) and max(gd.y) < 1 - E.TOY_CORR
-    assert (1 - E.TOY_CORR) in [y for y, _ in glob.hlines]
+    assert all(v > 0 for v in gd.y) and max(gd.y) < 1 - fam_toys.TOY_CORR
+    assert (1 - fam_toys.TOY_CORR) in [y for y, _ in glob.hlines]
 
 
 def test_coinciding_groups_runs_within_tolerance() -> None:
     """Oracle: hand-made trajectories 0.5·TOY_COINCIDE apart (one line) and 2·TOY_COINCIDE apart (two)."""
     base = np.array([[0.0, 1.0], [0.5, 0.5]])
-    near = base + 0.5 * E.TOY_COINCIDE
-    far = base + 2 * E.TOY_COINCIDE
-    groups = E._coinciding(
+    near = base + 0.5 * fam_toys.TOY_COINCIDE
+    far = base + 2 * fam_toys.TOY_COINCIDE
+    groups = fam_toys._coinciding(
         [(1.0, {"direction": base}), (2.0, {"direction": near}), (3.0, {"direction": far})]
     )
     assert [[y for y, _ in g] for g in groups] == [[1.0, 2.0], [3.0]]

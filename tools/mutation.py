@@ -101,6 +101,8 @@ TESTS: dict[str, list[str]] = {
         "tests/test_lipschitz.py",
         "tests/test_lipschitz_edges.py",
         "tests/test_scale_lipschitz.py",
+        "tests/test_lipschitz_estimate_edges.py",
+        "tests/test_lipschitz_bound_edges.py",
         "properties/test_lipschitz.py",
         "properties/test_scale_lipschitz.py",
     ],

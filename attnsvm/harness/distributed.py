@@ -14,7 +14,7 @@ every :data:`PROGRESS_INTERVAL_S` seconds), and a family's bar completes when it
 Needs the ``distributed`` extra: ``pip install 'attnsvm[distributed]'``.
 
 GD batches as Dask tasks. Inside a family's task, a batched GD run of ``B ≥ 2·GD_CHUNK`` instances
-(:func:`attnsvm.harness.experiments._segmented_batch`, used by the convergence and local-vs-global families)
+(:func:`attnsvm.harness.families._common.segmented_batch`, used by the convergence and local-vs-global families)
 is split into chunks of at least :data:`GD_CHUNK` instances, at most one per worker thread of the
 cluster (:func:`gd_chunk_bounds`); each segment of each chunk is one Dask task (a
 chain per chunk: a segment starts from its chunk's previous end point), submitted through
@@ -24,7 +24,7 @@ imports dask: :func:`gd_batch_runner` is ``None`` outside a Dask family task.
 
 Why the chunks give bitwise the whole batch's iterates (tested in ``tests/test_distributed.py``):
 GD updates each instance from its own data, and the chunk task makes the very call the serial run
-makes (``_segmented_batch`` on the chunk, one torch thread). What can still differ is *how* torch
+makes (``segmented_batch`` on the chunk, one torch thread). What can still differ is *how* torch
 computes an element, which depends on its position along the batch-major axes: its CPU kernels
 vectorise along contiguous ``(B,)``, ``(B, n)`` and ``(B, d, d)`` runs in blocks of 8 to 32 float64
 and compute the remainder with other code (measured: a sum over the tokens adds them in another order
@@ -317,7 +317,7 @@ def gd_batch_runner(batch: int) -> Callable[..., list[tuple[int, Any, Any]]] | N
     """The runner of a segmented GD batch of ``batch`` instances as Dask chunk tasks, or ``None``.
 
     ``None`` outside a Dask family task (a local run: dask is not imported), or when the batch is
-    one chunk. The runner takes the arguments of :func:`attnsvm.harness.experiments._segmented_batch` and
+    one chunk. The runner takes the arguments of :func:`attnsvm.harness.families._common.segmented_batch` and
     returns what it returns, bitwise (see the module docstring).
     """
     runner = _GD_RUNNER.get()
@@ -341,13 +341,13 @@ def _gd_segment_task(
     import torch
 
     from ..errors import AttnSVMError
-    from . import experiments as E
+    from .families._common import segmented_batch
 
     torch.set_num_threads(1)  # as the family's task and the serial run: the same arithmetic, bitwise
     W0 = None if start is None else start[0]
     token = _GD_RUNNER.set(None)  # a chunk runs here, whatever context the worker's thread carries
     try:
-        ((_, W, tokens),) = E._segmented_batch(list(instances), [steps], lr, normalized, loss, device, W0=W0)
+        ((_, W, tokens),) = segmented_batch(list(instances), [steps], lr, normalized, loss, device, W0=W0)
     except AttnSVMError as exc:
         # the engine numbers instances within the chunk: name them as the whole batch does
         msg = re.sub(r"\binstance (\d+)", lambda m: f"instance {int(m.group(1)) + offset}", str(exc))
@@ -380,7 +380,7 @@ class _DaskGDRunner:
     ) -> list[tuple[int, Any, Any]]:
         import numpy as np
 
-        from . import experiments as E
+        from .families._common import segmented_batch
 
         distributed = _import_distributed()
         # at most one chunk per worker thread of the cluster (its size now)
@@ -390,9 +390,7 @@ class _DaskGDRunner:
         if len(bounds) < 2:  # a one-slot cluster: the batch runs here, as in a local run
             token = _GD_RUNNER.set(None)
             try:
-                return E._segmented_batch(
-                    list(instances), marks, lr, normalized, loss, device, on_mark, W0=W0
-                )
+                return segmented_batch(list(instances), marks, lr, normalized, loss, device, on_mark, W0=W0)
             finally:
                 _GD_RUNNER.reset(token)
         run_id = uuid.uuid4().hex[:12]
@@ -454,17 +452,17 @@ def _gd_batch_task(
     gd_chunk: int = GD_CHUNK,
 ) -> tuple[list[tuple[int, Any, Any]], list[int], int]:
     """A family's segmented GD batch run from a Dask task as a family task runs it (for the tests):
-    ``(what _segmented_batch returns, the marks reported to on_mark in order, chunk tasks submitted)``."""
+    ``(what segmented_batch returns, the marks reported to on_mark in order, chunk tasks submitted)``."""
     import torch
 
-    from . import experiments as E
+    from .families._common import segmented_batch
 
     torch.set_num_threads(1)
     runner = _DaskGDRunner(gd_chunk, "gd-batch")
     reported: list[int] = []
     token = _GD_RUNNER.set(runner)
     try:
-        out = E._segmented_batch(list(instances), marks, lr, normalized, loss, device, reported.append, W0=W0)
+        out = segmented_batch(list(instances), marks, lr, normalized, loss, device, reported.append, W0=W0)
     finally:
         _GD_RUNNER.reset(token)
     return out, reported, runner.submitted
