@@ -495,7 +495,8 @@ def predict_multitoken(
         sol = _certified(
             solve_min_norm_or_raise(rows, b, eq, np.concatenate([pairs_eq, pairs_in]), what), what
         )
-        wd = sol.coords.reshape((d, d), order="F")  # the primal point itself (factor = rows: w = coords)
+        # (type: numpy's stubs for a --python-version 3.10 check type reshape to a 0-d array here.)
+        wd = sol.coords.reshape((d, d), order="F")  # type: ignore[assignment]  # the primal point itself
         kkt_dir = sol.kkt
     wf = np.zeros((d, d))
     kkt_fin = None
@@ -509,7 +510,7 @@ def predict_multitoken(
         solf = _certified(
             solve_min_norm_or_raise(rows_eq, bf, np.ones(len(bf), dtype=bool), pairs_eq, what), what
         )
-        wf = solf.coords.reshape((d, d), order="F")
+        wf = solf.coords.reshape((d, d), order="F")  # type: ignore[assignment]  # (as for wd above)
         kkt_fin = solf.kkt
     # R = ⟨W_gd − W_fin, W_dir⟩/||W_dir||² with W_dir = 2^(k−E)·wm (wm the mantissa of wd): R = 2^(ew+E−k)·r,
     # r = ⟨Ws − wf, wm⟩/||wm||², and R·W_dir = 2^ew·r·wm, so the prediction is 2^ew·(wf + r·wm) (no
