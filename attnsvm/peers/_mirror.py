@@ -522,9 +522,9 @@ def _put_back_real(m: FloatArray, log2_scale: float, what: str) -> FloatArray:
 IntArray = NDArray[np.int64]
 
 #: :func:`run_mirror_descent` needs ``p − 1 ∈ [2^−ENGINE_P_BITS, 2^ENGINE_P_BITS]`` (``p ∈ [1.002, 513]``):
-#: then ``p`` and ``q = p/(p − 1)`` are ``≤ 513``, so the largest term ``|m|^p ≥ 2^−513`` of
-#: :func:`lp_norm` (the step's ``||D||_q``, the recorded ``||W||_p``) is a normal double, and in
-#: :func:`_split_pow` ``|m|^e ∈ [2^−512, 1]`` for both powers ``e = p − 1`` and ``1/(p − 1)``, while
+#: the limit comes from the exact dual state, not from :func:`lp_norm` (exact at any ``p`` since it
+#: works on the largest entry's ratio powers): in :func:`_split_pow` ``|m|^e ∈ [2^−512, 1]`` for both
+#: powers ``e = p − 1`` and ``1/(p − 1)``, while
 #: every exponent ``|E|`` of the dual state stays below ``2^21`` (``≤ 1075·2^9`` for ``|W_0|^{p−1}``,
 #: ``≤ 2^12`` for a sum of steps ``η g`` each below ``2^2048``), so ``|E·e| < 2^30`` and
 #: :func:`_exponent_product` is exact.
