@@ -73,7 +73,14 @@ def test_a_wrong_claim_reports_its_residual() -> None:
         return [I.Obligation("zero", sp.diff(I.PosExp(T * x), x) - I.PosExp(T * x), "d/dx e^(Tx) = e^(Tx)?")]
 
     claim = I.Claim(
-        "wrong", "test", "d/dx e^(Tx) = e^(Tx)", ((1,), (2,)), "T", obligations, lambda rng: [], ""
+        name="wrong",
+        group="test",
+        statement="d/dx e^(Tx) = e^(Tx)",
+        sizes=((1,), (2,)),
+        size_names="T",
+        obligations=obligations,
+        check=lambda rng: [],
+        justification="",
     )
     res = claim.prove()
     assert not res.proved and res.failed.startswith("T=2") and res.residual != "0"
