@@ -566,9 +566,17 @@ def test_check_reports_why_a_claim_failed(
     from attnsvm import identities
     from attnsvm.harness.cli import main
 
-    proof = identities.ProofResult("toy", False, "x - 1", "d=2", ("2",), 1, 0.0)
-    code = identities.CodeCheck("toy", 1e-3, 1e-12, "float64 rounding", (("grad", 1e-3, 1e-12),))
-    bad = identities.ClaimReport("toy", "core", "x = 1", proof, code)
+    proof = identities.ProofResult(
+        name="toy", proved=False, residual="x - 1", failed="d=2", sizes=("2",), obligations=1, seconds=0.0
+    )
+    code = identities.CodeCheck(
+        name="toy",
+        max_error=1e-3,
+        tolerance=1e-12,
+        justification="float64 rounding",
+        comparisons=(("grad", 1e-3, 1e-12),),
+    )
+    bad = identities.ClaimReport(name="toy", group="core", statement="x = 1", proof=proof, code=code)
     monkeypatch.setattr(identities, "prove_all", lambda **_: [bad])
     assert main(["check", "--tiny"]) == 1
     err = capsys.readouterr().err

@@ -48,9 +48,9 @@ def _toy(size: str, seed: int, jobs: int, device: str, progress: E.ProgressFn) -
                     "p",
                     "x",
                     "y",
-                    [E.Series("1/x", x, [1 / v for v in x], [0.5 / v for v in x], [2 / v for v in x])],
-                    True,
-                    True,
+                    [E.Series("1/x", x, [1 / v for v in x], lo=[0.5 / v for v in x], hi=[2 / v for v in x])],
+                    xlog=True,
+                    ylog=True,
                 )
             ],
         )
@@ -202,19 +202,14 @@ def test_module_that_fails_to_import_is_a_failure(
     assert "ImportError" in res.failed[0].message and "no_such_name" in res.failed[0].message
 
 
-def _candidate(seed: int) -> dict:
+def _candidate(seed: int) -> Any:
     """A run of the local/global family (unit, n=6, T=8, d=2, 1000 normalized steps at lr 0.1)."""
+    from attnsvm.harness.families.local_global import CandidateRun
+
     inst = A.random_instance(6, 8, 2, seed=seed, family="unit")
     tr = A.run_gd(inst, steps=1000, lr=0.1, record_at=[1000])
     alpha = np.argmax(A.attention(inst, tr.W), axis=1)
-    return {
-        "settled": True,
-        "diverging": True,
-        "confirmed": False,
-        "_inst": inst,
-        "_W": tr.W,
-        "_alpha": alpha,
-    }
+    return CandidateRun(inst=inst, W=tr.W, alpha=alpha, settled=True, diverging=True)
 
 
 def test_counterexample_confirmation_separates_artefacts_from_survivors():
@@ -225,10 +220,8 @@ def test_counterexample_confirmation_separates_artefacts_from_survivors():
 
     artefact, survivor = _candidate(20000), _candidate(20031)
     for c in (artefact, survivor):
-        assert not is_locally_optimal(c["_inst"], c["_alpha"])
-    _confirm_counterexamples([artefact, survivor], steps=1000, device="cpu")
-    assert not artefact["confirmed"]
-    assert survivor["confirmed"]
+        assert not is_locally_optimal(c.inst, c.alpha)
+    assert _confirm_counterexamples([artefact, survivor], steps=1000, device="cpu") == [False, True]
 
 
 # ----------------------------------------------------------- figures and HTML, as a reader sees them
@@ -300,7 +293,7 @@ def test_html_renders_code_spans_and_names_no_constants(tmp_path: Path) -> None:
     ]
     toy = E.FamilyResult("toy", "Toy", "uses `a < b` and `f(x)`")
     toy.figures.append(
-        E.Figure("f", "t", [E.Panel("p", "x", "y", [E.Series("s", [1.0], [1.0])])], "see `col`")
+        E.Figure("f", "t", [E.Panel("p", "x", "y", [E.Series("s", [1.0], [1.0])])], caption="see `col`")
     )
     write_report([*results, toy], tmp_path, {})
     page = _visible((tmp_path / "report.html").read_text(encoding="utf-8"))
@@ -327,7 +320,9 @@ def test_cheap_families_html_prose(
 def test_log_axis_ticks_are_plain_numbers() -> None:
     """Oracle: every tick label parses back (``float``) to its tick's position — no "6×10⁰"."""
     x = [0.5, 0.8, 1.5, 4.0]
-    fig = E.Figure("f", "t", [E.Panel("p", "x", "y", [E.Series("s", x, [6.0, 7.0, 9.0, 20.0])], True, True)])
+    fig = E.Figure(
+        "f", "t", [E.Panel("p", "x", "y", [E.Series("s", x, [6.0, 7.0, 9.0, 20.0])], xlog=True, ylog=True)]
+    )
     f = _drawn(fig)
     try:
         f.canvas.draw()
@@ -535,6 +530,9 @@ def test_coinciding_groups_runs_within_tolerance() -> None:
     near = base + 0.5 * fam_toys.TOY_COINCIDE
     far = base + 2 * fam_toys.TOY_COINCIDE
     groups = fam_toys._coinciding(
-        [(1.0, {"direction": base}), (2.0, {"direction": near}), (3.0, {"direction": far})]
+        [
+            fam_toys.PromptRun(y0=y, final_token=0, corr=1.0, direction=a)
+            for y, a in ((1.0, base), (2.0, near), (3.0, far))
+        ]
     )
-    assert [[y for y, _ in g] for g in groups] == [[1.0, 2.0], [3.0]]
+    assert [[r.y0 for r in g] for g in groups] == [[1.0, 2.0], [3.0]]

@@ -30,7 +30,7 @@ import importlib
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..errors import AttnSVMError, unknown_name
@@ -58,12 +58,12 @@ SIZES = ("tiny", "small", "paper")
 ProgressFn = Callable[[int, int], None]
 
 
-def _no_progress(done: int, total: int) -> None:
+def no_progress(done: int, total: int) -> None:
     """The default progress callback: does nothing."""
 
 
 # ----------------------------------------------------------------------------- results
-@dataclass
+@dataclass(kw_only=True)
 class ExperimentClaim:
     """One checked statement: ``passed`` with a message that gives the measured numbers."""
 
@@ -79,10 +79,11 @@ class Series:
     """One line of a panel: ``y`` against ``x``, with an optional band ``[lo, hi]``."""
 
     label: str
-    x: list[float]
-    y: list[float]
-    lo: list[float] | None = None
-    hi: list[float] | None = None
+    x: Sequence[float]
+    y: Sequence[float]
+    _: KW_ONLY
+    lo: Sequence[float] | None = None
+    hi: Sequence[float] | None = None
     style: str = "-o"
     color: str | None = None  # a matplotlib colour; None cycles
     #: Drawing order: a higher value is drawn on top (e.g. estimates over the bounds they sit under).
@@ -122,6 +123,7 @@ class Panel:
     xlabel: str
     ylabel: str
     series: list[Series]
+    _: KW_ONLY
     xlog: bool = False
     ylog: bool = False
     #: Axis limits ``(low, high)``, either ``None`` for automatic (e.g. ``(0, 1.02)``: shares from 0).
@@ -147,6 +149,7 @@ class Figure:
     name: str
     title: str
     panels: list[Panel]
+    _: KW_ONLY
     caption: str = ""
     #: ``"panel"``: one legend in each panel (at its ``Panel.legend``); ``"below"``: one legend for
     #: the whole figure under the panels (the panels' entries merged by label).
@@ -162,6 +165,7 @@ class FamilyResult:
     name: str
     title: str
     description: str
+    _: KW_ONLY
     available: bool = True
     reason: str = ""  # why the family is not available
     numbers: dict[str, Any] = field(default_factory=dict)
@@ -171,9 +175,16 @@ class FamilyResult:
     elapsed_s: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)
 
-    def claim(self, name: str, statement: str, passed: bool, message: str, severity: str = "check") -> None:
-        """Append a :class:`ExperimentClaim`."""
-        self.claims.append(ExperimentClaim(name, statement, bool(passed), message, severity))
+    def claim(
+        self, name: str, statement: str, passed: bool, message: str, *, severity: str = "check"
+    ) -> None:
+        """Append an :class:`ExperimentClaim` (for plug-in families; the built-in ones return theirs from a
+        ``check_<family>`` function)."""
+        self.claims.append(
+            ExperimentClaim(
+                name=name, statement=statement, passed=bool(passed), message=message, severity=severity
+            )
+        )
 
     @property
     def failed(self) -> list[ExperimentClaim]:
@@ -294,7 +305,7 @@ def run_family(
         ok, reason = family_status(spec)
         if not ok:
             return FamilyResult(spec.name, spec.title, spec.description, available=False, reason=reason)
-        res = spec.run(size, seed, jobs, device, progress or _no_progress)
+        res = spec.run(size, seed, jobs, device, progress or no_progress)
     except Exception as exc:  # reported as a failed claim with its traceback tail
         res = FamilyResult(spec.name, spec.title, spec.description)
         tb = traceback.format_exc().strip().splitlines()[-3:]
@@ -368,7 +379,7 @@ def run_families(
         specs = [s for s in specs if s.name in names]
     done: dict[str, FamilyResult] = dict(finished or {})
     todo = [s for s in specs if s.name not in done]
-    progs = {s.name: (progress_factory(s) if progress_factory is not None else _no_progress) for s in todo}
+    progs = {s.name: (progress_factory(s) if progress_factory is not None else no_progress) for s in todo}
 
     def finish(res: FamilyResult) -> None:
         done[res.name] = res

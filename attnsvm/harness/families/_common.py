@@ -1,4 +1,11 @@
-"""Helpers shared by several ``reproduce`` families: summaries, formatting, cached SVM solutions."""
+"""Helpers shared by several ``reproduce`` families: summaries, formatting, cached SVM solutions.
+
+A family module is laid out as: its size table and named constants; its typed results (frozen
+dataclasses); ``compute_<name>`` (the numerics); ``check_<name>`` (the claims, a pure function of the
+typed result); ``figures_<name>`` (and ``tables_<name>``/``numbers_<name>``); and the registered family
+function that wires them into a :class:`~attnsvm.harness.experiments.FamilyResult` with
+:func:`family_result`.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +15,62 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ...model._instance import Instance
+from ..experiments import FAMILY_REGISTRY, ExperimentClaim, FamilyResult, Figure
 
-__all__ = ["EPS", "SVM_AGREE_RTOL", "segmented_batch"]
+__all__ = [
+    "EPS",
+    "SVM_AGREE_RTOL",
+    "FloatArray",
+    "IntArray",
+    "segmented_batch",
+    "family_result",
+    "check_severity",
+    "tokens_text",
+]
 
 
 EPS = float(np.finfo(np.float64).eps)
+
+#: Float64 arrays of the families' typed results (shapes in each result class's docstring).
+FloatArray = NDArray[np.float64]
+#: Integer arrays (token indices, steps) of the families' typed results.
+IntArray = NDArray[np.int64]
+
+
+def family_result(
+    name: str,
+    *,
+    config: dict[str, Any],
+    tables: dict[str, list[dict[str, Any]]],
+    numbers: dict[str, Any],
+    claims: list[ExperimentClaim],
+    figures: list[Figure],
+) -> FamilyResult:
+    """The :class:`FamilyResult` of the registered family ``name`` (title and description from its spec)."""
+    spec = FAMILY_REGISTRY[name]
+    return FamilyResult(
+        spec.name,
+        spec.title,
+        spec.description,
+        numbers=numbers,
+        tables=tables,
+        figures=figures,
+        claims=claims,
+        config=config,
+    )
+
+
+def check_severity(size: str) -> str:
+    """``"check"``, or ``"finding"`` at size ``tiny`` (too few steps or seeds to guarantee a rate)."""
+    return "check" if size != "tiny" else "finding"
+
+
+def tokens_text(tokens: Any) -> str:
+    """Token indices as the tables print them: ``"0 3 1"``."""
+    return " ".join(map(str, tokens))
 
 
 def _quantiles(a: Any, axis: int = 0) -> tuple[list[float], list[float], list[float]]:
@@ -108,9 +164,9 @@ class _SVMCache:
         return self.cache[key]
 
 
-def _shrink(rate: dict[str, Any]) -> float:
-    """How many times the median gap fell over the fitted second half (``inf`` if it reached 0)."""
-    return rate["median_gap_halfway"] / rate["median_final_gap"] if rate["median_final_gap"] > 0 else math.inf
+def _shrink(halfway: float, final: float) -> float:
+    """How many times the median gap fell from ``halfway`` to ``final`` (``inf`` if it reached 0)."""
+    return halfway / final if final > 0 else math.inf
 
 
 #: Every Frobenius method ends with the exact active-set step and is certified to this

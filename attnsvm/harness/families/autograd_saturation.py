@@ -15,6 +15,14 @@ It reports each direction's error against ``r`` (table and log-log figure), the 
 bound of :func:`attnsvm.testing.compare_gradient` for a stable float64 implementation, and where
 autograd's error leaves 1e-6 and the bound.
 
+Claims: ``attnsvm-within-differential-bound`` (check); the findings ``attnsvm-within-o1-logit-accuracy``,
+``autograd-leaves-1e-6``, ``autograd-tracks-eps-over-r`` and ``differential-bound-flags-autograd``.
+
+Structure: :func:`compute_autograd_saturation` → :class:`AutogradResult` (its
+:class:`AutogradSummary` by :func:`summarise_autograd`) → :func:`check_autograd_saturation`,
+:func:`figures_autograd_saturation`, :func:`tables_autograd_saturation` →
+:func:`autograd_saturation_family`.
+
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (the gradient); Blanchard,
 Higham, Higham, IMA J. Numer. Anal. 41 (2021) (softmax rounding).
 """
@@ -26,6 +34,7 @@ from ..._deps import require
 require("mpmath", feature="the autograd-saturation family")  # pragma: no mutate
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import mpmath
@@ -35,18 +44,36 @@ from ...model._grad import normalized_risk_grad
 from ...model._instance import Instance, random_instance
 from ...testing.differential import compare_gradient, runner_up_log10
 from ..experiments import (
-    FAMILY_REGISTRY,
+    ExperimentClaim,
     FamilyResult,
     Figure,
     Panel,
     ProgressFn,
     Series,
+    no_progress,
     register_family,
 )
+from ._common import EPS, FloatArray, family_result
 
-__all__ = ["AUTOGRAD_SIZES", "autograd_saturation_family", "sdpa_autograd_gradient", "mp_direction"]
+__all__ = [
+    "AUTOGRAD_SIZES",
+    "ERROR_THRESHOLD",
+    "ORACLE_DPS",
+    "EPS_OVER_R_FACTOR",
+    "DirectionPoint",
+    "AutogradResult",
+    "AutogradSummary",
+    "compute_autograd_saturation",
+    "summarise_autograd",
+    "check_autograd_saturation",
+    "figures_autograd_saturation",
+    "tables_autograd_saturation",
+    "numbers_autograd_saturation",
+    "autograd_saturation_family",
+    "sdpa_autograd_gradient",
+    "mp_direction",
+]
 
-EPS = float(np.finfo(np.float64).eps)
 #: ``(n, T, d)``, seeds and target runner-up weights (``log10``) per size.
 AUTOGRAD_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"shape": (2, 3, 3), "seeds": 1, "log10_r": [-3.0, -8.0, -20.0, -200.0]},
@@ -56,11 +83,78 @@ AUTOGRAD_SIZES: dict[str, dict[str, Any]] = {
 }
 #: The finding's threshold on autograd's direction error (normwise).
 ERROR_THRESHOLD = 1e-6
+#: The eps/r model's factor per token: above r = eps, autograd's error·r/eps stays ≤ this·T (the
+#: difference a_top − f of O(1) numbers carries ~eps·|a| absolute error per token of the weighted sum).
+EPS_OVER_R_FACTOR = 4
 #: Digits of the mpmath oracle: the direction is wanted to ~1e-17 and the cancellation-free form
 #: loses none, so 40 leave a wide margin (the exponent is unbounded: nothing underflows).
 ORACLE_DPS = 40
 
 
+# ----------------------------------------------------------------------------- typed results
+@dataclass(frozen=True)
+class DirectionPoint:
+    """One point of a ray ``W = scale·W0``: instance ``seed``, ``scale`` ``c``, ``log10_runner_up``
+    (``log10 max_i s_i(2)`` at W); the direction errors ``||ĝ/||ĝ|| − D||_F`` against the oracle ``D`` of
+    torch autograd (``torch_error``, NaN when its gradient is exactly 0: ``torch_zero_gradient``) and of
+    :func:`attnsvm.normalized_risk_grad` (``attnsvm_error``); the ``differential_bound`` of
+    :func:`attnsvm.testing.compare_gradient` and whether autograd is within it (``torch_within_bound``)."""
+
+    seed: int
+    scale: float
+    log10_runner_up: float
+    torch_error: float
+    torch_zero_gradient: bool
+    attnsvm_error: float
+    differential_bound: float
+    torch_within_bound: bool
+
+    @property
+    def attnsvm_ratio(self) -> float:
+        """attnsvm's error over the differential bound (≤ 1: within it)."""
+        return self.attnsvm_error / self.differential_bound
+
+
+@dataclass(frozen=True)
+class AutogradResult:
+    """The sweep: instance ``shape`` ``(n, T, d)``, ``seeds`` (instances), ``ref_bound`` (``nT(d+T)·eps``,
+    normalized_risk_grad's accuracy for O(1) logits) and ``points`` (one :class:`DirectionPoint` per
+    (seed, target runner-up weight), seed-major: ``seeds · len(log10_r)`` of them)."""
+
+    shape: tuple[int, int, int]
+    seeds: int
+    ref_bound: float
+    points: tuple[DirectionPoint, ...]
+
+
+@dataclass(frozen=True)
+class AutogradSummary:
+    """What the claims and numbers read off an :class:`AutogradResult`.
+
+    ``ok_lowest``: the smallest ``log10 r`` with autograd's error ≤ :data:`ERROR_THRESHOLD`;
+    ``bad_highest``: the largest one above it (NaN when none); ``clean``: some point is above and every
+    point above lies below every point within; ``beyond``: how many points are above (NaN counts as
+    above). ``eps_over_r``: autograd's error·r/eps at the points with r > eps and a positive finite
+    error; ``below_eps``: autograd's finite errors at r < eps. ``zero_gradients``: points where torch's
+    gradient is exactly 0. ``leaves_bound``: per seed, the largest ``log10 r`` where autograd is outside
+    the differential bound (``None``: never). ``worst_ratio``: attnsvm's largest error / bound;
+    ``worst_attnsvm_error``; ``log10_r_max``/``log10_r_min``: the range swept."""
+
+    ok_lowest: float
+    bad_highest: float
+    clean: bool
+    beyond: int
+    eps_over_r: FloatArray
+    below_eps: FloatArray
+    zero_gradients: int
+    leaves_bound: tuple[float | None, ...]
+    worst_ratio: float
+    worst_attnsvm_error: float
+    log10_r_max: float
+    log10_r_min: float
+
+
+# ----------------------------------------------------------------------------- compute
 def sdpa_autograd_gradient(inst: Instance, W: np.ndarray) -> Any:
     """``∇L(W)`` by torch autograd through ``F.scaled_dot_product_attention`` (float64, logistic)."""
     import torch
@@ -125,6 +219,251 @@ def _dir_error(g: np.ndarray, D: np.ndarray) -> float:
     return float(np.linalg.norm(h / np.linalg.norm(h) - D))
 
 
+def _measure(inst: Instance, W0: np.ndarray, target: float, seed: int) -> DirectionPoint:
+    """The three directions at the point of the ray ``c·W0`` with runner-up weight ``1e{target}``."""
+    c = _scale_for(inst, W0, target)
+    W = c * W0
+    D = mp_direction(inst, W)
+    g = sdpa_autograd_gradient(inst, W).numpy()
+    rep = compare_gradient(lambda i, w: sdpa_autograd_gradient(i, w), inst, W)
+    ours = normalized_risk_grad(inst, W).direction
+    return DirectionPoint(
+        seed=seed,
+        scale=c,
+        log10_runner_up=runner_up_log10(inst, W),
+        torch_error=_dir_error(g, D),
+        torch_zero_gradient=bool(not np.any(g)),
+        attnsvm_error=float(np.linalg.norm(ours - D)),
+        differential_bound=rep.bound,
+        torch_within_bound=rep.passed,
+    )
+
+
+def compute_autograd_saturation(
+    size: str, seed: int, *, device: str = "cpu", progress: ProgressFn = no_progress
+) -> AutogradResult:
+    """Sweep the target runner-up weights along one random unit ray per Gaussian instance (instance
+    seed ``seed + k``, ray seed ``seed + 2000 + k``); torch runs on one thread."""
+    import torch
+
+    cfg = AUTOGRAD_SIZES[size]
+    n, T, d = cfg["shape"]
+    targets = [float(t) for t in cfg["log10_r"]]
+    total = cfg["seeds"] * len(targets)
+    points: list[DirectionPoint] = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for k in range(cfg["seeds"]):
+            inst = random_instance(n, T, d, seed=seed + k)
+            W0 = np.random.default_rng(seed + 2000 + k).standard_normal((d, d))
+            W0 /= np.linalg.norm(W0)
+            for target in targets:
+                points.append(_measure(inst, W0, target, seed + k))
+                progress(len(points), total)
+    finally:
+        torch.set_num_threads(threads)
+    # normalized_risk_grad's accuracy for O(1) logits; its documented bound adds the logits' own rounding
+    # (2·δl, growing with ||W||), which this finding shows is needed.
+    ref_bound = n * T * (d + T) * EPS
+    return AutogradResult(shape=(n, T, d), seeds=cfg["seeds"], ref_bound=ref_bound, points=tuple(points))
+
+
+def summarise_autograd(result: AutogradResult) -> AutogradSummary:
+    """The thresholds, the eps/r model's ratios and the per-seed departures from the bound."""
+    rows = result.points
+    lr = np.array([r.log10_runner_up for r in rows])
+    te = np.array([r.torch_error for r in rows])
+    ae = np.array([r.attnsvm_error for r in rows])
+    big = ~(te <= ERROR_THRESHOLD)  # NaN (no direction) counts as beyond the threshold
+    # The threshold band: the smallest runner-up with error ≤ 1e-6 and the largest one above it.
+    ok_lowest = float(np.min(lr[~big])) if np.any(~big) else math.nan
+    bad_highest = float(np.max(lr[big])) if np.any(big) else math.nan
+    # autograd's error against the eps/r model, over the points with r > eps (error not O(1) yet).
+    mid = (lr > math.log10(EPS)) & np.isfinite(te) & (te > 0)
+    deep = (lr < math.log10(EPS)) & np.isfinite(te)
+    # Per seed, the largest runner-up weight at which autograd is outside the differential bound.
+    leaves = tuple(
+        max((r.log10_runner_up for r in rows if r.seed == s and not r.torch_within_bound), default=None)
+        for s in sorted({r.seed for r in rows})
+    )
+    return AutogradSummary(
+        ok_lowest=ok_lowest,
+        bad_highest=bad_highest,
+        clean=bool(np.any(big) and (not np.any(~big) or bad_highest < ok_lowest)),
+        beyond=int(np.sum(big)),
+        eps_over_r=te[mid] * 10.0 ** lr[mid] / EPS,
+        below_eps=te[deep],
+        zero_gradients=int(sum(r.torch_zero_gradient for r in rows)),
+        leaves_bound=leaves,
+        worst_ratio=max(r.attnsvm_error / r.differential_bound for r in rows),
+        worst_attnsvm_error=float(np.max(ae)),
+        log10_r_max=float(np.max(lr)),
+        log10_r_min=float(np.min(lr)),
+    )
+
+
+def _stat(a: FloatArray, how: str) -> float:
+    """``median``/``max`` of ``a``, NaN when empty."""
+    if not a.size:
+        return math.nan
+    return float(np.median(a) if how == "median" else np.max(a))
+
+
+# ----------------------------------------------------------------------------- checks
+def _check_attnsvm(result: AutogradResult, sm: AutogradSummary) -> list[ExperimentClaim]:
+    """attnsvm's direction against the differential bound (check) and the O(1)-logit bound (finding)."""
+    return [
+        ExperimentClaim(
+            name="attnsvm-within-differential-bound",
+            statement="normalized_risk_grad is within the differential bound of a stable float64 "
+            "implementation (attnsvm.testing.compare_gradient's model) of the 40-digit oracle at every "
+            "runner-up weight swept",
+            passed=bool(sm.worst_ratio <= 1.0),
+            message=f"worst error / bound {sm.worst_ratio:.3g}, worst error {sm.worst_attnsvm_error:.3g} over "
+            f"{len(result.points)} points (runner-up 1e{sm.log10_r_max:+.0f} … 1e{sm.log10_r_min:+.0f})",
+            severity="check",
+        ),
+        ExperimentClaim(
+            name="attnsvm-within-o1-logit-accuracy",
+            statement="normalized_risk_grad is within nT(d+T)·eps of the oracle (its accuracy for O(1) "
+            "logits; the documented bound adds the logits' own rounding, which grows with ||W||)",
+            passed=bool(sm.worst_attnsvm_error <= result.ref_bound),
+            message=f"worst error {sm.worst_attnsvm_error:.3g} against nT(d+T)·eps = {result.ref_bound:.3g}",
+            severity="finding",
+        ),
+    ]
+
+
+def _check_autograd(result: AutogradResult, sm: AutogradSummary) -> list[ExperimentClaim]:
+    """The three findings on autograd: leaves 1e-6, tracks eps/r, flagged by the differential bound."""
+    T = result.shape[1]
+    ratio = sm.eps_over_r
+    return [
+        ExperimentClaim(
+            name="autograd-leaves-1e-6",
+            statement=f"torch autograd's direction error through SDPA exceeds {ERROR_THRESHOLD:g} once the "
+            "runner-up weight falls below a threshold",
+            passed=sm.clean,
+            message=f"error ≤ {ERROR_THRESHOLD:g} at every runner-up ≥ 1e{sm.ok_lowest:+.1f}; > "
+            f"{ERROR_THRESHOLD:g} at every runner-up ≤ 1e{sm.bad_highest:+.1f} ({sm.beyond} of "
+            f"{len(result.points)} points)",
+            severity="finding",
+        ),
+        ExperimentClaim(
+            name="autograd-tracks-eps-over-r",
+            statement="above r = eps, autograd's direction error is ~eps/r (a difference a_top − f of O(1) "
+            "numbers)",
+            passed=bool(ratio.size and np.max(ratio) <= EPS_OVER_R_FACTOR * T),
+            message=f"error·r/eps: median {_stat(ratio, 'median'):.3g}, max {_stat(ratio, 'max'):.3g} over "
+            f"{int(ratio.size)} points (model bound 4T = {EPS_OVER_R_FACTOR * T}); below r = eps: error "
+            f"median {_stat(sm.below_eps, 'median'):.3g}, max {_stat(sm.below_eps, 'max'):.3g}; exactly "
+            f"zero gradients: {sm.zero_gradients}",
+            severity="finding",
+        ),
+        ExperimentClaim(
+            name="differential-bound-flags-autograd",
+            statement="attnsvm.testing.compare_gradient flags autograd's direction at saturation (the bound "
+            "of a stable float64 implementation)",
+            passed=all(x is not None for x in sm.leaves_bound),
+            message="per seed, autograd leaves the bound at runner-up "
+            + ", ".join("never" if x is None else f"1e{x:+.1f}" for x in sm.leaves_bound),
+            severity="finding",
+        ),
+    ]
+
+
+def check_autograd_saturation(result: AutogradResult, *, size: str) -> list[ExperimentClaim]:
+    """The check on attnsvm's direction and the four findings (see the module docstring)."""
+    sm = summarise_autograd(result)
+    return [*_check_attnsvm(result, sm), *_check_autograd(result, sm)]
+
+
+# ----------------------------------------------------------------------------- tables, numbers, figures
+def tables_autograd_saturation(result: AutogradResult) -> dict[str, list[dict[str, Any]]]:
+    """``directions``: one row per point."""
+    rows = [
+        {
+            "seed": r.seed,
+            "scale": r.scale,
+            "log10_runner_up": r.log10_runner_up,
+            "torch_error": r.torch_error,
+            "torch_zero_gradient": r.torch_zero_gradient,
+            "attnsvm_error": r.attnsvm_error,
+            "differential_bound": r.differential_bound,
+            "attnsvm_ratio": r.attnsvm_ratio,
+            "torch_within_bound": r.torch_within_bound,
+        }
+        for r in result.points
+    ]
+    return {"directions": rows}
+
+
+def numbers_autograd_saturation(result: AutogradResult) -> dict[str, Any]:
+    """The thresholds, the eps/r ratios and the bound departures of :func:`summarise_autograd`."""
+    sm = summarise_autograd(result)
+    return {
+        "points": len(result.points),
+        "worst_attnsvm_error": sm.worst_attnsvm_error,
+        "attnsvm_bound": result.ref_bound,
+        "torch_error_exceeds_1e_6_below_log10_r": sm.bad_highest,
+        "torch_error_within_1e_6_down_to_log10_r": sm.ok_lowest,
+        "torch_error_times_r_over_eps_median": _stat(sm.eps_over_r, "median"),
+        "torch_error_times_r_over_eps_max": _stat(sm.eps_over_r, "max"),
+        "torch_error_below_eps_median": _stat(sm.below_eps, "median"),
+        "torch_error_below_eps_max": _stat(sm.below_eps, "max"),
+        "torch_zero_gradients": sm.zero_gradients,
+        "torch_leaves_bound_at_log10_r": [x for x in sm.leaves_bound if x is not None],
+    }
+
+
+def figures_autograd_saturation(result: AutogradResult) -> list[Figure]:
+    """``direction-error``: each direction's error, the bound and the eps/r model against r (log-log)."""
+    n, T, d = result.shape
+    lr = np.array([r.log10_runner_up for r in result.points])
+    order = np.argsort(-lr)
+    xs = [10.0 ** float(lr[i]) for i in order]
+
+    def pos(values: list[float]) -> list[float]:
+        v = np.array(values)
+        return [float(v[i]) if np.isfinite(v[i]) and v[i] > 0 else math.nan for i in order]
+
+    model = [min(2.0, EPS_OVER_R_FACTOR * T * EPS / xx) for xx in xs]
+    panel = Panel(
+        "||ĝ/||ĝ|| − ∇L/||∇L|| ||_F against a 40-digit oracle",
+        "runner-up attention weight max_i s_i(2)",
+        "direction error",
+        [
+            Series("torch autograd through SDPA", xs, pos([r.torch_error for r in result.points]), style="o"),
+            Series(
+                "attnsvm.normalized_risk_grad", xs, pos([r.attnsvm_error for r in result.points]), style="s"
+            ),
+            Series(
+                "differential bound (stable float64, compare_gradient)",
+                xs,
+                pos([r.differential_bound for r in result.points]),
+                style="+",
+            ),
+            Series("eps/r model: min(2, 4T·eps/r)", xs, model, style="--"),
+        ],
+        xlog=True,
+        ylog=True,
+        hlines=[(ERROR_THRESHOLD, "1e-6"), (result.ref_bound, "attnsvm bound nT(d+T)·eps")],
+        legend="outside",
+    )
+    return [
+        Figure(
+            "direction-error",
+            f"Gradient direction error against the runner-up weight: Gaussian n={n}, T={T}, d={d}, "
+            f"{result.seeds} seed(s), logistic loss",
+            [panel],
+            caption="Missing points: an error of exactly 0, or torch's gradient exactly 0 (no direction). "
+            "Oracle: the gradient in mpmath at 40 digits, cancellation-free form.",
+        )
+    ]
+
+
+# ----------------------------------------------------------------------------- the family
 @register_family(
     "autograd_saturation",
     "torch autograd through SDPA at saturation",
@@ -140,173 +479,12 @@ def autograd_saturation_family(
     size: str, seed: int, jobs: int, device: str, progress: ProgressFn
 ) -> FamilyResult:
     """Direction error of torch autograd and of attnsvm against the runner-up weight."""
-    import torch
-
-    cfg = AUTOGRAD_SIZES[size]
-    spec = FAMILY_REGISTRY["autograd_saturation"]
-    res = FamilyResult(spec.name, spec.title, spec.description, config=dict(cfg))
-    n, T, d = cfg["shape"]
-    targets = [float(t) for t in cfg["log10_r"]]
-    total = cfg["seeds"] * len(targets)
-    # normalized_risk_grad's accuracy for O(1) logits; its documented bound adds the logits' own rounding
-    # (2·δl, growing with ||W||), which this finding shows is needed.
-    ref_bound = n * T * (d + T) * EPS
-    rows: list[dict[str, Any]] = []
-    done = 0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for k in range(cfg["seeds"]):
-            inst = random_instance(n, T, d, seed=seed + k)
-            W0 = np.random.default_rng(seed + 2000 + k).standard_normal((d, d))
-            W0 /= np.linalg.norm(W0)
-            for target in targets:
-                c = _scale_for(inst, W0, target)
-                W = c * W0
-                D = mp_direction(inst, W)
-                g = sdpa_autograd_gradient(inst, W).numpy()
-                rep = compare_gradient(lambda i, w: sdpa_autograd_gradient(i, w), inst, W)
-                ours = normalized_risk_grad(inst, W).direction
-                rows.append(
-                    {
-                        "seed": seed + k,
-                        "scale": c,
-                        "log10_runner_up": runner_up_log10(inst, W),
-                        "torch_error": _dir_error(g, D),
-                        "torch_zero_gradient": bool(not np.any(g)),
-                        "attnsvm_error": float(np.linalg.norm(ours - D)),
-                        "differential_bound": rep.bound,
-                        "attnsvm_ratio": float(np.linalg.norm(ours - D)) / rep.bound,
-                        "torch_within_bound": rep.passed,
-                    }
-                )
-                done += 1
-                progress(done, total)
-    finally:
-        torch.set_num_threads(threads)
-    res.tables["directions"] = rows
-    _summarise(res, rows, ref_bound, n, T, d, cfg["seeds"])
-    return res
-
-
-def _summarise(
-    res: FamilyResult, rows: list[dict[str, Any]], ref_bound: float, n: int, T: int, d: int, seeds: int
-) -> None:
-    lr = np.array([r["log10_runner_up"] for r in rows])
-    te = np.array([r["torch_error"] for r in rows])
-    ae = np.array([r["attnsvm_error"] for r in rows])
-    zero = np.array([r["torch_zero_gradient"] for r in rows])
-    big = ~(te <= ERROR_THRESHOLD)  # NaN (no direction) counts as beyond the threshold
-    # The threshold band: the smallest runner-up with error ≤ 1e-6 and the largest one above it.
-    ok_lowest = float(np.min(lr[~big])) if np.any(~big) else math.nan
-    bad_highest = float(np.max(lr[big])) if np.any(big) else math.nan
-    clean = bool(np.any(big) and (not np.any(~big) or bad_highest < ok_lowest))
-    # autograd's error against the eps/r model, over the points with r > eps (error not O(1) yet).
-    mid = (lr > math.log10(EPS)) & np.isfinite(te) & (te > 0)
-    ratio = te[mid] * 10.0 ** lr[mid] / EPS
-    deep = (lr < math.log10(EPS)) & np.isfinite(te)
-    # Per seed, the largest runner-up weight at which autograd is outside the differential bound.
-    first_fail_hi = [
-        max(
-            (r["log10_runner_up"] for r in rows if r["seed"] == s and not r["torch_within_bound"]),
-            default=None,
-        )
-        for s in sorted({r["seed"] for r in rows})
-    ]
-    res.numbers.update(
-        points=len(rows),
-        worst_attnsvm_error=float(np.max(ae)),
-        attnsvm_bound=ref_bound,
-        torch_error_exceeds_1e_6_below_log10_r=bad_highest,
-        torch_error_within_1e_6_down_to_log10_r=ok_lowest,
-        torch_error_times_r_over_eps_median=float(np.median(ratio)) if ratio.size else math.nan,
-        torch_error_times_r_over_eps_max=float(np.max(ratio)) if ratio.size else math.nan,
-        torch_error_below_eps_median=float(np.median(te[deep])) if np.any(deep) else math.nan,
-        torch_error_below_eps_max=float(np.max(te[deep])) if np.any(deep) else math.nan,
-        torch_zero_gradients=int(np.sum(zero)),
-        torch_leaves_bound_at_log10_r=[x for x in first_fail_hi if x is not None],
-    )
-    worst_ratio = max(r["attnsvm_error"] / r["differential_bound"] for r in rows)
-    res.claim(
-        "attnsvm-within-differential-bound",
-        "normalized_risk_grad is within the differential bound of a stable float64 implementation "
-        "(attnsvm.testing.compare_gradient's model) of the 40-digit oracle at every runner-up weight swept",
-        bool(worst_ratio <= 1.0),
-        f"worst error / bound {worst_ratio:.3g}, worst error {np.max(ae):.3g} over {len(rows)} points "
-        f"(runner-up 1e{np.max(lr):+.0f} … 1e{np.min(lr):+.0f})",
-    )
-    res.claim(
-        "attnsvm-within-o1-logit-accuracy",
-        "normalized_risk_grad is within nT(d+T)·eps of the oracle (its accuracy for O(1) logits; the "
-        "documented bound adds the logits' own rounding, which grows with ||W||)",
-        bool(np.max(ae) <= ref_bound),
-        f"worst error {np.max(ae):.3g} against nT(d+T)·eps = {ref_bound:.3g}",
-        severity="finding",
-    )
-    res.claim(
-        "autograd-leaves-1e-6",
-        f"torch autograd's direction error through SDPA exceeds {ERROR_THRESHOLD:g} once the runner-up "
-        "weight falls below a threshold",
-        clean,
-        f"error ≤ {ERROR_THRESHOLD:g} at every runner-up ≥ 1e{ok_lowest:+.1f}; > {ERROR_THRESHOLD:g} at "
-        f"every runner-up ≤ 1e{bad_highest:+.1f} ({int(np.sum(big))} of {len(rows)} points)",
-        severity="finding",
-    )
-    res.claim(
-        "autograd-tracks-eps-over-r",
-        "above r = eps, autograd's direction error is ~eps/r (a difference a_top − f of O(1) numbers)",
-        bool(ratio.size and np.max(ratio) <= 4 * T),
-        f"error·r/eps: median {np.median(ratio) if ratio.size else math.nan:.3g}, max "
-        f"{np.max(ratio) if ratio.size else math.nan:.3g} over {int(ratio.size)} points (model bound 4T = {4 * T}); "
-        f"below r = eps: error median {res.numbers['torch_error_below_eps_median']:.3g}, max "
-        f"{res.numbers['torch_error_below_eps_max']:.3g}; exactly zero gradients: {int(np.sum(zero))}",
-        severity="finding",
-    )
-    res.claim(
-        "differential-bound-flags-autograd",
-        "attnsvm.testing.compare_gradient flags autograd's direction at saturation (the bound of a stable "
-        "float64 implementation)",
-        all(x is not None for x in first_fail_hi),
-        "per seed, autograd leaves the bound at runner-up "
-        + ", ".join("never" if x is None else f"1e{x:+.1f}" for x in first_fail_hi),
-        severity="finding",
-    )
-    x = [10.0**v for v in lr.tolist()]
-    order = np.argsort(-lr)
-    xs = [x[i] for i in order]
-
-    def pos(v: np.ndarray) -> list[float]:
-        return [float(v[i]) if np.isfinite(v[i]) and v[i] > 0 else math.nan for i in order]
-
-    model = [min(2.0, 4 * T * EPS / xx) for xx in xs]
-    res.figures.append(
-        Figure(
-            "direction-error",
-            f"Gradient direction error against the runner-up weight: Gaussian n={n}, T={T}, d={d}, "
-            f"{seeds} seed(s), logistic loss",
-            [
-                Panel(
-                    "||ĝ/||ĝ|| − ∇L/||∇L|| ||_F against a 40-digit oracle",
-                    "runner-up attention weight max_i s_i(2)",
-                    "direction error",
-                    [
-                        Series("torch autograd through SDPA", xs, pos(te), style="o"),
-                        Series("attnsvm.normalized_risk_grad", xs, pos(ae), style="s"),
-                        Series(
-                            "differential bound (stable float64, compare_gradient)",
-                            xs,
-                            pos(np.array([r["differential_bound"] for r in rows])),
-                            style="+",
-                        ),
-                        Series("eps/r model: min(2, 4T·eps/r)", xs, model, style="--"),
-                    ],
-                    xlog=True,
-                    ylog=True,
-                    hlines=[(ERROR_THRESHOLD, "1e-6"), (ref_bound, "attnsvm bound nT(d+T)·eps")],
-                    legend="outside",
-                )
-            ],
-            caption="Missing points: an error of exactly 0, or torch's gradient exactly 0 (no direction). "
-            "Oracle: the gradient in mpmath at 40 digits, cancellation-free form.",
-        )
+    result = compute_autograd_saturation(size, seed, device=device, progress=progress)
+    return family_result(
+        "autograd_saturation",
+        config=dict(AUTOGRAD_SIZES[size]),
+        tables=tables_autograd_saturation(result),
+        numbers=numbers_autograd_saturation(result),
+        claims=check_autograd_saturation(result, size=size),
+        figures=figures_autograd_saturation(result),
     )

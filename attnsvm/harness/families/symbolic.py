@@ -1,16 +1,157 @@
-"""``reproduce`` family ``symbolic``: Symbolic identities (SymPy)."""
+"""``reproduce`` family ``symbolic``: Symbolic identities (SymPy).
+
+Proves the registered identities of :mod:`attnsvm.identities` (tensor trick, softmax calculus, the ½
+spectral bound, risk gradients, softmax regression, linear-attention Jacobians) exactly in SymPy and
+compares each with the attnsvm function it underlies at random float64 points.
+
+Claim checked: ``all-proved`` (every identity is proved and the code agrees with it).
+
+Structure: :func:`compute_symbolic` (the proofs) → :class:`SymbolicResult` → :func:`check_symbolic`,
+:func:`tables_symbolic`, :func:`numbers_symbolic` → :func:`symbolic_family` (the registered wiring).
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from ..experiments import FAMILY_REGISTRY, FamilyResult, ProgressFn, register_family
+from ..experiments import ExperimentClaim, FamilyResult, ProgressFn, no_progress, register_family
+from ._common import family_result
 
-__all__ = ["symbolic_family"]
+__all__ = [
+    "IdentityOutcome",
+    "SymbolicResult",
+    "compute_symbolic",
+    "check_symbolic",
+    "tables_symbolic",
+    "numbers_symbolic",
+    "symbolic_family",
+]
+
+#: Identities proved at size ``"tiny"`` (the first of the quick subset): seconds for the test suite.
+SYMBOLIC_TINY_CLAIMS = 4
 
 
-# =================================================================== family: symbolic
+# ----------------------------------------------------------------------------- typed results
+@dataclass(frozen=True)
+class IdentityOutcome:
+    """One identity: its proof and the comparison of the code with it.
+
+    Fields: ``claim``/``group``/``statement`` (the registry's name, group and statement); ``proved``
+    (SymPy decided every obligation true), ``sizes`` (the sizes proved, e.g. ``"p,q=2,2"``),
+    ``obligations`` (how many), ``proof_s`` (seconds), ``failed`` (the first failed obligation, ``""``
+    if none); ``code_max_error``/``code_tolerance`` (the code's worst error against the identity at random
+    float64 points and its tolerance; NaN when the identity has no code check) and ``code_ok``.
+    """
+
+    claim: str
+    group: str
+    statement: str
+    proved: bool
+    sizes: tuple[str, ...]
+    obligations: int
+    proof_s: float
+    code_max_error: float
+    code_tolerance: float
+    code_ok: bool
+    failed: str
+
+
+@dataclass(frozen=True)
+class SymbolicResult:
+    """The proofs of one run: ``quick`` (the quick subset at its smallest size), ``identities`` (one
+    :class:`IdentityOutcome` per identity proved, in registry order) and ``registry_size`` (how many
+    identities the registry holds)."""
+
+    quick: bool
+    identities: tuple[IdentityOutcome, ...]
+    registry_size: int
+
+
+# ----------------------------------------------------------------------------- compute
+def compute_symbolic(
+    size: str, seed: int, *, device: str = "cpu", progress: ProgressFn = no_progress
+) -> SymbolicResult:
+    """Prove the chosen identities (``size != "paper"``: the quick subset; ``"tiny"``: its first
+    :data:`SYMBOLIC_TINY_CLAIMS`) and compare the code with each at points drawn from ``seed``."""
+    from ...identities import CLAIMS, prove_all
+
+    quick = size != "paper"
+    chosen = [c.name for c in CLAIMS if c.quick or not quick]
+    if size == "tiny":
+        chosen = chosen[:SYMBOLIC_TINY_CLAIMS]
+    out: list[IdentityOutcome] = []
+    for k, name in enumerate(chosen):
+        (rep,) = prove_all(names=[name], quick=quick, seed=seed)
+        out.append(
+            IdentityOutcome(
+                claim=rep.name,
+                group=rep.group,
+                statement=rep.statement,
+                proved=rep.proof.proved,
+                sizes=tuple(rep.proof.sizes),
+                obligations=rep.proof.obligations,
+                proof_s=rep.proof.seconds,
+                code_max_error=rep.code.max_error if rep.code else math.nan,
+                code_tolerance=rep.code.tolerance if rep.code else math.nan,
+                code_ok=rep.code.ok if rep.code else True,
+                failed=rep.proof.failed,
+            )
+        )
+        progress(k + 1, len(chosen))
+    return SymbolicResult(quick=quick, identities=tuple(out), registry_size=len(CLAIMS))
+
+
+# ----------------------------------------------------------------------------- checks
+def check_symbolic(result: SymbolicResult, *, size: str) -> list[ExperimentClaim]:
+    """``all-proved``: every identity is proved and its code check passes."""
+    rows = result.identities
+    bad = [r for r in rows if not (r.proved and r.code_ok)]
+    return [
+        ExperimentClaim(
+            name="all-proved",
+            statement="every identity is proved exactly and the code agrees with it",
+            passed=not bad,
+            message=f"{len(rows) - len(bad)}/{len(rows)} proved and matched"
+            + (f"; first failure {bad[0].claim}: {bad[0].failed}" if bad else ""),
+            severity="check",
+        )
+    ]
+
+
+# ----------------------------------------------------------------------------- tables and numbers
+def tables_symbolic(result: SymbolicResult) -> dict[str, list[dict[str, Any]]]:
+    """The ``identities`` table: one row per identity."""
+    rows = [
+        {
+            "claim": r.claim,
+            "group": r.group,
+            "statement": r.statement,
+            "proved": r.proved,
+            "sizes": ", ".join(r.sizes),
+            "obligations": r.obligations,
+            "proof_s": r.proof_s,
+            "code_max_error": r.code_max_error,
+            "code_tolerance": r.code_tolerance,
+            "code_ok": r.code_ok,
+            "failed": r.failed,
+        }
+        for r in result.identities
+    ]
+    return {"identities": rows}
+
+
+def numbers_symbolic(result: SymbolicResult) -> dict[str, Any]:
+    """How many identities were proved, out of how many run and how many registered."""
+    return {
+        "claims": len(result.identities),
+        "proved": sum(r.proved for r in result.identities),
+        "registry_size": result.registry_size,
+    }
+
+
+# ----------------------------------------------------------------------------- the family
 @register_family(
     "symbolic",
     "Symbolic identities (SymPy)",
@@ -23,41 +164,12 @@ __all__ = ["symbolic_family"]
 )
 def symbolic_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
     """Prove the registered identities and check the code against them."""
-    from ...identities import CLAIMS, prove_all
-
-    spec = FAMILY_REGISTRY["symbolic"]
-    quick = size != "paper"
-    res = FamilyResult(spec.name, spec.title, spec.description, config={"quick": quick})
-    chosen = [c.name for c in CLAIMS if c.quick or not quick]
-    if size == "tiny":
-        chosen = chosen[:4]
-    rows: list[dict[str, Any]] = []
-    for k, name in enumerate(chosen):
-        (rep,) = prove_all(names=[name], quick=quick, seed=seed)
-        rows.append(
-            {
-                "claim": rep.name,
-                "group": rep.group,
-                "statement": rep.statement,
-                "proved": rep.proof.proved,
-                "sizes": ", ".join(rep.proof.sizes),
-                "obligations": rep.proof.obligations,
-                "proof_s": rep.proof.seconds,
-                "code_max_error": rep.code.max_error if rep.code else math.nan,
-                "code_tolerance": rep.code.tolerance if rep.code else math.nan,
-                "code_ok": rep.code.ok if rep.code else True,
-                "failed": rep.proof.failed,
-            }
-        )
-        progress(k + 1, len(chosen))
-    res.tables["identities"] = rows
-    bad = [r for r in rows if not (r["proved"] and r["code_ok"])]
-    res.numbers.update(claims=len(rows), proved=sum(r["proved"] for r in rows), registry_size=len(CLAIMS))
-    res.claim(
-        "all-proved",
-        "every identity is proved exactly and the code agrees with it",
-        not bad,
-        f"{len(rows) - len(bad)}/{len(rows)} proved and matched"
-        + (f"; first failure {bad[0]['claim']}: {bad[0]['failed']}" if bad else ""),
+    result = compute_symbolic(size, seed, device=device, progress=progress)
+    return family_result(
+        "symbolic",
+        config={"quick": result.quick},
+        tables=tables_symbolic(result),
+        numbers=numbers_symbolic(result),
+        claims=check_symbolic(result, size=size),
+        figures=[],
     )
-    return res
