@@ -24,6 +24,16 @@ What it does:
 Survivors are shown with ``mutmut show NAME`` inside ``build/mutation/<module>/``. After adding
 tests for them, ``--survivors`` runs only the last run's live survivors again (valid while the
 module's source is unchanged; the JSON records its hash).
+
+After a change to some of a module's functions, ``--update`` re-runs only what the change can have
+changed, as mutmut's own cache does: mutmut numbers a function's mutants from that function's code, so
+the mutants of every function whose code is unchanged keep their names and outcomes, and only the
+changed or new functions' mutants are drawn and run. The sample of those is a seeded Bernoulli draw at
+the previous run's rate ``tried / mutants`` (every mutant after a full run), decided per mutant name, so
+the union stays a uniform sample in expectation. It refuses when the module's code outside its functions
+(constants, imports, class attributes: :func:`context_hash`) changed. What it cannot see: a mutant of an
+unchanged function whose outcome depends on a changed one; run the whole sample again before stating a
+final score.
 """
 
 from __future__ import annotations
@@ -331,6 +341,35 @@ def function_hashes(module: str, root: Path = ROOT) -> dict[str, str]:
     return out
 
 
+def context_hash(module: str, root: Path = ROOT) -> str:
+    """Hash of the module's code outside its functions and methods (normalized as in
+    :func:`_normalized_tree`; each function reduced to its name): what every mutant may depend on."""
+    tree = _normalized_tree((root / PATHS[module]).read_text())
+
+    def strip(body: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append(ast.Expr(ast.Constant(f"def {node.name}")))
+            elif isinstance(node, ast.ClassDef):
+                node.body = strip(node.body) or [ast.Pass()]
+                out.append(node)
+            else:
+                out.append(node)
+        return out
+
+    tree.body = strip(tree.body)  # type: ignore[attr-defined]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
+def in_bernoulli_sample(name: str, seed: int, rate: float) -> bool:
+    """Whether a mutant belongs to the seeded Bernoulli sample of the given rate: decided from the seed and
+    the mutant's local name only (not its module path), so the decision survives a module move."""
+    local = name.rsplit(".", 1)[1]
+    u = int.from_bytes(hashlib.sha256(f"{seed}:{local}".encode()).digest()[:8], "big") / 2.0**64
+    return u < rate
+
+
 def mutant_function(name: str) -> str:
     """The function a mutant belongs to: ``attnsvm.gd._engine.x_run_gd__mutmut_3`` → ``run_gd``,
     ``attnsvm.gd._engine.xǁ_TorchBatchǁrisk__mutmut_2`` → ``_TorchBatch.risk`` (the module path before the last
@@ -356,21 +395,75 @@ def _previous(module: str) -> dict[str, Any]:
     return doc
 
 
-def run(module: str, *, sample: int | None, seed: int, children: int, survivors: bool) -> dict[str, Any]:
+def _previous_for_update(module: str) -> dict[str, Any]:
+    """The last run's result, for ``--update``: it must record its sample and the module's context."""
+    path = RESULTS / f"{module}.json"
+    if not path.exists():
+        raise SystemExit(f"{module}: no previous run ({path}); run without --update first")
+    doc: dict[str, Any] = json.loads(path.read_text())
+    if "sample_names" not in doc or "context_sha256" not in doc:
+        raise SystemExit(
+            f"{module}: the last run does not record its sample and context (it predates --update); "
+            "run the whole sample again"
+        )
+    if doc["context_sha256"] != context_hash(module):
+        raise SystemExit(
+            f"{module}: the module's code outside its functions changed since the last run (constants, "
+            "imports or class attributes), which every mutant may depend on; run the whole sample again"
+        )
+    return doc
+
+
+def _update_sample(
+    prev: dict[str, Any], names: list[str], hashes: dict[str, str], seed: int
+) -> tuple[list[str], list[str], list[str]]:
+    """``(chosen, to_run, changed functions)`` of an update: the previous sample's mutants of unchanged
+    functions, plus a Bernoulli draw (:func:`in_bernoulli_sample`) of the changed functions' mutants."""
+    old = prev["function_sha256"]
+    changed = sorted(f for f, h in hashes.items() if old.get(f) != h)
+    present = set(names)
+    # The previous sample: recorded, or every mutant after a full run (an unchanged function's mutants
+    # are the same mutants now).
+    prev_chosen = names if prev["sample_names"] is None else prev["sample_names"]
+    kept = [n for n in prev_chosen if n in present and mutant_function(n) not in changed]
+    rate = 1.0 if prev["sample_names"] is None else prev["tried"] / prev["mutants_total"]
+    fresh = [
+        n
+        for n in names
+        if mutant_function(n) in changed and (rate >= 1.0 or in_bernoulli_sample(n, seed, rate))
+    ]
+    return sorted(kept + fresh), fresh, changed
+
+
+def run(
+    module: str, *, sample: int | None, seed: int, children: int, survivors: bool, update: bool = False
+) -> dict[str, Any]:
     """Mutate the module's file (:data:`PATHS`), run the sample (or, with ``survivors``, the last run's live
-    survivors only, keeping its other outcomes), and write ``docs/mutation/<module>.json``."""
+    survivors only, keeping its other outcomes; with ``update``, only the changed functions' mutants),
+    and write ``docs/mutation/<module>.json``."""
     prev = _previous(module) if survivors else None
+    upd = _previous_for_update(module) if update else None
     tests = [t for t in TESTS[module] if (ROOT / t).exists()]
     dest = ROOT / "build" / "mutation" / module
     _copy_tree(dest)
     _configure(dest, module, tests)
     names = _generate(dest)
+    changed: list[str] = []
     if prev is not None:
         sample, seed = prev["tried"], prev["sample_seed"] if prev["sample_seed"] is not None else seed
-    chosen = (
-        names if sample is None or sample >= len(names) else sorted(random.Random(seed).sample(names, sample))
-    )
-    to_run = chosen if prev is None else prev["live_survivors"]
+    if prev is not None and prev.get("sample_names") is not None:
+        chosen, to_run = list(prev["sample_names"]), prev["live_survivors"]  # e.g. an updated sample
+    elif upd is not None:
+        seed = upd["sample_seed"] if upd["sample_seed"] is not None else seed
+        chosen, to_run, changed = _update_sample(upd, names, function_hashes(module, dest), seed)
+        print(f"{module}: update: changed or new functions: {', '.join(changed) or 'none'}", flush=True)
+    else:
+        chosen = (
+            names
+            if sample is None or sample >= len(names)
+            else sorted(random.Random(seed).sample(names, sample))
+        )
+        to_run = chosen if prev is None else prev["live_survivors"]
     print(
         f"{module}: {len(names)} mutants, sample of {len(chosen)} (seed {seed}), running {len(to_run)}; "
         f"tests: {' '.join(tests)}",
@@ -396,7 +489,7 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
         )
     equivalent = _equivalent(module)
     hashes = function_hashes(module, dest)
-    if prev is None and (RESULTS / f"{module}.json").exists():
+    if prev is None and upd is None and (RESULTS / f"{module}.json").exists():
         # Equivalent rows were judged on the last run's code: a row whose function changed since then
         # may name a different mutation now (mutmut renumbers a changed function's mutants), so it
         # counts again until it is judged again.
@@ -410,7 +503,21 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
                 del equivalent[n]
     known = KILLED | TIMEOUT | SURVIVED | UNTESTED
     errored = sorted(n for n in to_run if codes.get(n) not in known)
-    if prev is None:
+    if upd is not None:
+        # Equivalent rows of changed functions may name other mutations now: they count again.
+        for n in sorted(equivalent):
+            if mutant_function(n) in changed:
+                print("  equivalent row to judge again (its function changed):", n)
+                del equivalent[n]
+        kept = set(chosen) - set(to_run)
+        killed = sorted(
+            (set(upd["killed_names"]) & kept) | {n for n in to_run if codes.get(n) in KILLED | TIMEOUT}
+        )
+        untested = sorted(
+            (set(upd.get("untested", [])) & kept) | {n for n in to_run if codes.get(n) in UNTESTED}
+        )
+        errored = sorted((set(upd.get("errored", [])) & kept) | set(errored))
+    elif prev is None:
         killed = sorted(n for n in chosen if codes.get(n) in KILLED | TIMEOUT)
         untested = sorted(n for n in chosen if codes.get(n) in UNTESTED)
     else:
@@ -422,13 +529,15 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
     denom = len(killed) + len(live)
     ratio = len(killed) / denom if denom else None
     lo, hi = clopper_pearson(len(killed), denom)
+    full = len(chosen) == len(names)
     doc: dict[str, Any] = {
         "module": PATHS[module],
         # of the copy that was mutated (the checkout may have changed during the run)
         "source_sha256": _source_hash(module, dest),
+        "context_sha256": context_hash(module, dest),
         "mutants_total": len(names),
         "tried": len(chosen),
-        "sample_seed": None if len(chosen) == len(names) else seed,
+        "sample_seed": None if full else seed,
         "killed": len(killed),
         "survived": len(survived),
         "equivalent": len(judged),
@@ -439,9 +548,12 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
         "errored": errored,
         "tests": tests,
         "seconds": round(elapsed + (prev["seconds"] if prev else 0.0), 1),
+        "updated_functions": changed if upd is not None else (prev or {}).get("updated_functions"),
         "mutmut": "3.8.1",
         "killed_names": killed,
         "function_sha256": hashes,
+        # the mutants tried (None: every mutant of the module)
+        "sample_names": None if full else chosen,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{module}.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -455,6 +567,32 @@ def run(module: str, *, sample: int | None, seed: int, children: int, survivors:
     if errored:
         print(f"  {len(errored)} mutants errored inside mutmut (no result; left out of the score)")
     return doc
+
+
+def stamp(module: str) -> None:
+    """Record the sample and the context hash in a result that predates them (for ``--update``), after
+    checking that the module is unchanged and that the regenerated sample holds exactly the run's
+    outcomes."""
+    path = RESULTS / f"{module}.json"
+    doc = json.loads(path.read_text())
+    if doc["source_sha256"] != _source_hash(module):
+        raise SystemExit(f"{module}: the module changed since its run; run it again instead")
+    dest = ROOT / "build" / "mutation" / module
+    _copy_tree(dest)
+    _configure(dest, module, [t for t in TESTS[module] if (ROOT / t).exists()])
+    names = _generate(dest)
+    if len(names) != doc["mutants_total"]:
+        raise SystemExit(f"{module}: {len(names)} mutants now, {doc['mutants_total']} in the run")
+    full = doc["sample_seed"] is None
+    chosen = names if full else sorted(random.Random(doc["sample_seed"]).sample(names, doc["tried"]))
+    outcomes = set(doc["killed_names"]) | set(doc["live_survivors"]) | set(doc.get("errored", []))
+    if not outcomes <= set(chosen) or len(chosen) != doc["tried"]:
+        raise SystemExit(f"{module}: the regenerated sample does not hold the run's outcomes")
+    doc["context_sha256"] = context_hash(module)
+    doc["sample_names"] = None if full else chosen
+    doc.setdefault("updated_functions", None)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"{module}: stamped ({len(chosen)} mutants in the sample)")
 
 
 TABLE_START = "<!-- mutation-table: generated by `python tools/mutation.py --table` -->"
@@ -478,6 +616,8 @@ def status_table() -> str:
             continue
         d = json.loads(path.read_text())
         tried = "all" if d["sample_seed"] is None else f"sample {d['tried']} (seed {d['sample_seed']})"
+        if d.get("updated_functions"):
+            tried += f", updated ({len(d['updated_functions'])} functions)"
         lo, hi = d["score_ci95"]
         score = "n/a" if d["score"] is None else f"{100 * d['score']:.1f} % ({100 * lo:.1f}–{100 * hi:.1f})"
         fresh = d["source_sha256"] == _source_hash(module)
@@ -515,7 +655,24 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the last run's live survivors again (after adding tests; the module's source "
         "must be unchanged), keeping its other outcomes",
     )
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="after a change to some functions: keep the outcomes of unchanged functions' mutants and run "
+        "only the changed functions' (a Bernoulli draw at the last run's rate; see the module docstring)",
+    )
+    p.add_argument(
+        "--stamp",
+        action="store_true",
+        help="record the sample and context hash in results that predate --update (module unchanged)",
+    )
     args = p.parse_args(argv)
+    if args.stamp:
+        for m in args.modules or list(TESTS):
+            stamp(m)
+        return 0
+    if args.survivors and args.update:
+        p.error("--survivors and --update are exclusive (update first, then rerun its survivors)")
     if args.table:
         write_table()
         return 0
@@ -528,7 +685,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown module(s) {unknown}; choose from {', '.join(TESTS)}")
     live = 0
     for m in args.modules:
-        doc = run(m, sample=args.sample, seed=args.seed, children=args.children, survivors=args.survivors)
+        doc = run(
+            m,
+            sample=args.sample,
+            seed=args.seed,
+            children=args.children,
+            survivors=args.survivors,
+            update=args.update,
+        )
         live += len(doc["live_survivors"]) + len(doc["errored"])
     return 1 if live else 0
 
