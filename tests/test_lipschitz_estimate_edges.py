@@ -2,4 +2,276 @@
 
 Added for mutation testing of `attnsvm/lipschitz.py` (issue 13 §4): every test pins a documented
 behaviour that an existing test left open.
+
+Oracles: closed forms of the softmax weights Jacobian evaluated in mpmath at 50 digits from the exact
+input doubles (``J = blockdiag_i(D_i)·𝓛`` with ``D_i = diag(s_i) − s_i s_iᵀ`` and the logit map's rows
+``z_i ⊗ x_it``, so ``||J||₂² = λ_max(D G D)`` with ``G = 𝓛𝓛ᵀ``), exact closed forms of tiny hand-built
+instances, the exact invariance of the weights map under per-sequence reciprocal rescaling
+(``x_it → 2^a x_it``, ``z_i → 2^-a z_i`` keeps every row ``z_i ⊗ x_it``, hence every logit and every
+Jacobian), the certified bound, and the documented request fields and error texts.
 """
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import mpmath
+import numpy as np
+import pytest
+
+import attnsvm as A
+from attnsvm.errors import AttnSVMError, NumericalError
+from attnsvm.lipschitz import lipschitz_bound, lipschitz_estimate
+
+EPS = float(np.finfo(np.float64).eps)
+KINDS = ("softmax", "linear", "normalized_linear")
+OFS = ("weights", "output")
+#: The scale contract's range (attnsvm.scaling.range_error), verbatim.
+RANGE_TEXT = "float64's normal range [2.2e-308, 1.8e308]"
+#: A singular value from a backward-stable SVD of an ``m × p`` matrix is within ``~(m + p)·eps``
+#: relative of exact; 8 ulps of headroom per dimension (as in tests/test_lipschitz_edges.py).
+SVD_ULPS = 8.0
+#: mpmath working precision of the closed forms: 50 digits, far beyond float64's 16.
+DPS = 50
+
+#: Three tokens ``(1, 1), (1, −1), (−1, 0)`` (times ¾) and the query ``¾·e₁``: the logits are
+#: ``l = X w`` with ``w = W z``. At ``W = 0`` the weights are uniform; along ``w ∝ (−1, 2)`` tokens 1 and 3
+#: stay tied while token 2 is suppressed, and the Jacobian grows towards the two-token tie value
+#: (``s = (½, 0, ½)``), ~1.45 times the one at ``W = 0`` (both closed forms below).
+TOKENS = 0.75 * np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, 0.0]])
+QUERY = np.array([0.75, 0.0])
+
+
+def svd_rtol(inst: A.Instance) -> float:
+    return SVD_ULPS * (inst.n * inst.T + inst.d**2) * EPS
+
+
+def mp_weights_jacobian_norm(inst: A.Instance, s: list[list[Any]]) -> mpmath.mpf:
+    """``||blockdiag_i(diag(s_i) − s_i s_iᵀ)·𝓛||₂`` in mpmath for given weights ``s_i`` (exact fractions
+    such as ``1/3``): ``λ_max(D G D)^½`` with ``G[(i,t),(j,u)] = (z_i·z_j)(x_it·x_ju)`` from the exact
+    input doubles. With ``s_i`` uniform it is the Jacobian of the softmax weights at ``W = 0``."""
+    n, T, d = inst.shape
+    with mpmath.workdps(DPS):
+        X = [[[mpmath.mpf(float(c)) for c in inst.X[i, t]] for t in range(T)] for i in range(n)]
+        z = [[mpmath.mpf(float(c)) for c in inst.z[i]] for i in range(n)]
+
+        def dot(a: list[mpmath.mpf], b: list[mpmath.mpf]) -> mpmath.mpf:
+            return mpmath.fsum(p * q for p, q in zip(a, b, strict=True))
+
+        idx = [(i, t) for i in range(n) for t in range(T)]
+        G = mpmath.matrix(n * T, n * T)
+        D = mpmath.matrix(n * T, n * T)
+        for a, (i, t) in enumerate(idx):
+            for b, (j, u) in enumerate(idx):
+                G[a, b] = dot(z[i], z[j]) * dot(X[i][t], X[j][u])
+                if i == j:
+                    st, su = mpmath.mpf(s[i][t]), mpmath.mpf(s[i][u])
+                    D[a, b] = (st if t == u else 0) - st * su
+        M = D * G * D
+        M = (M + M.T) / 2  # symmetric up to the rounding of the products at 50 digits
+        return mpmath.sqrt(max(max(mpmath.eigsy(M)[0]), mpmath.mpf(0)))
+
+
+def reciprocal_pair(a: int, b: int = 0) -> A.Instance:
+    """Two copies of the three-token sequence, rescaled per sequence by reciprocal powers of two:
+    sequence 0 has tokens ``2^(b+a)·TOKENS`` and query ``2^(b−a)·QUERY``, sequence 1 the reverse. Every
+    row ``z_i ⊗ x_it`` is ``2^2b`` times the balanced one (``a = 0``), so the weights map, its Jacobian and
+    its Lipschitz constant on the ball ``R·2^-2b`` are exactly those of the balanced data on ``R``."""
+    X = np.stack([np.ldexp(TOKENS, b + a), np.ldexp(TOKENS, b - a)])
+    z = np.stack([np.ldexp(QUERY, b - a), np.ldexp(QUERY, b + a)])
+    return A.Instance(X, np.ones(2), np.array([0.5, 0.25]), z)
+
+
+# ----------------------------------------------------------------------------- the request's fields
+def test_seed_of_a_wrong_type_is_refused_with_its_message() -> None:
+    """A seed must be an integer (``numpy.random.default_rng`` takes it); a float or a bool is refused with
+    the documented message, verbatim."""
+    inst = A.random_instance(1, 2, 2, seed=0)
+    for seed in (1.5, True):
+        with pytest.raises(AttnSVMError) as exc:
+            lipschitz_estimate(inst, seed=seed)  # type: ignore[arg-type]
+        assert str(exc.value) == f"seed must be an integer; got {seed!r}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("of", OFS)
+def test_constant_map_estimate_reports_its_request_and_no_search(kind: str, of: str) -> None:
+    """``z = 0``: every logit is 0 for every ``W``, so the map is constant and its constant exactly 0 (exact
+    certificate). The estimate is exactly 0 at ``W = 0`` without any search (``evaluations = 0`` and the
+    factorised search value ``||J(0)||₂ = 0``) and echoes the request: kind, of, wrt, radius, seed, samples
+    and steps as passed (a NumPy integer seed as a Python int)."""
+    inst = A.Instance(np.ones((1, 3, 2)) * [[[1.0], [2.0], [3.0]]], [1.0], [1.0, -1.0], [[0.0, 0.0]])
+    e = lipschitz_estimate(inst, kind, radius=3.0, of=of, seed=np.int64(7), samples=5, steps=6, starts=2)
+    assert e.value == 0.0 and float(e) == 0.0
+    assert np.array_equal(e.W, np.zeros((2, 2)))
+    assert e.search_value == 0.0
+    assert e.evaluations == 0
+    assert (e.kind, e.of, e.wrt, e.radius, e.samples, e.steps) == (kind, of, "W", 3.0, 5, 6)
+    assert e.seed == 7 and type(e.seed) is int
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_searched_estimate_reports_its_request(kind: str) -> None:
+    """A searched estimate echoes the request (seed as a Python int, samples, steps) and attains its value:
+    ``value ≤ lipschitz_bound`` (certified) and ``||W||_F ≤ radius``."""
+    inst = A.random_instance(1, 3, 2, seed=4)
+    e = lipschitz_estimate(inst, kind, radius=2.0, seed=np.int64(5), samples=3, steps=2, starts=1)
+    assert (e.kind, e.of, e.wrt, e.radius, e.samples, e.steps) == (kind, "weights", "W", 2.0, 3, 2)
+    assert e.seed == 5 and type(e.seed) is int
+    assert 0.0 < e.value <= lipschitz_bound(inst, kind, radius=2.0).value
+    assert float(np.linalg.norm(e.W)) <= 2.0 * (1 + 4 * EPS)
+
+
+# ------------------------------------------------------------------------- the search ball at extreme scales
+#: The search must leave the origin's neighbourhood: a search confined to logits ``≤ 2^-50`` attains at most
+#: ``||J(0)||·(1 + 2^-40)``; the two-token tie (``s = (½, 0, ½)``) is ~1.45·||J(0)||, and with this budget the
+#: balanced data reach 1.41·||J(0)||. Required: at least this share of the way from ``||J(0)||`` to the tie.
+REACH_SHARE = 1.0 / 3.0
+#: Search budget of the reach test (deterministic: seed 0).
+REACH_BUDGET = {"samples": 16, "steps": 10, "starts": 2}
+
+
+@pytest.mark.parametrize("a", [0, 250, 475])
+def test_estimate_reaches_the_logit_scale_of_reciprocally_rescaled_sequences(a: int) -> None:
+    """Sequences whose tokens and queries have reciprocal scales ``2^±a`` (``a = 250``: on the data rescaled
+    to O(1), every ``||x_it||·||z_i||`` is ``~2^-500``; ``a = 475``: ``~2^-950``, whose squares underflow)
+    define exactly the weights map of the balanced data (``a = 0``). On the ball ``R = 16`` the search must
+    see the logits that ``R`` reaches, not a ball shrunk to the origin: the estimate exceeds ``||J(0)||`` by
+    at least ``REACH_SHARE`` of the gain of the two-token tie. Oracle: both Jacobians in closed form (mpmath
+    at 50 digits); the certified bound above."""
+    inst = reciprocal_pair(a)
+    third = mpmath.mpf(1) / 3
+    j0 = float(mp_weights_jacobian_norm(inst, [[third] * 3] * 2))
+    tie = float(mp_weights_jacobian_norm(inst, [[0.5, 0.0, 0.5]] * 2))
+    assert tie > 1.4 * j0  # the instance's premise: the tie is well above the origin
+    e = lipschitz_estimate(inst, "softmax", radius=16.0, **REACH_BUDGET)
+    assert e.value >= j0 + REACH_SHARE * (tie - j0)
+    assert e.value <= lipschitz_bound(inst, "softmax", radius=16.0).value
+
+
+def test_estimate_on_a_ball_that_underflows_on_the_rescaled_data_is_the_jacobian_at_zero() -> None:
+    """Sequence 0 has tokens ``~2^-200`` and query ``~2^-740``, sequence 1 the reverse: every
+    ``||x_it||·||z_i||`` is ``~2^-940`` (a normal double), but on the data rescaled to O(1) (``X/2^eX``,
+    ``z/2^ez``) the small factors are ``~2^-540`` and their squared norms underflow, so the search has no
+    logit scale to draw radii from, and its ball ``R·2^(eX+ez)`` with ``R = 2^-700`` underflows to ``{0}``.
+    The logits on the ball are ``≤ 2^-1640``: the constant is ``||J(0)||`` to ~2^-1600 relative. Oracle:
+    ``||J(0)||`` in closed form (mpmath at 50 digits, uniform weights); the answer is that value (to the SVD's
+    rounding), not a foreign exception from the radius sampler."""
+    X = np.stack([np.ldexp(TOKENS, -200), np.ldexp(TOKENS, -740)])
+    z = np.stack([np.ldexp(QUERY, -740), np.ldexp(QUERY, -200)])
+    inst = A.Instance(X, np.ones(2), np.array([0.5, 0.25]), z)
+    third = mpmath.mpf(1) / 3
+    j0 = mp_weights_jacobian_norm(inst, [[third] * 3] * 2)
+    e = lipschitz_estimate(inst, "softmax", radius=2.0**-700, samples=4, steps=2, starts=1)
+    assert abs(mpmath.mpf(e.value) / j0 - 1) <= svd_rtol(inst)
+
+
+@pytest.mark.parametrize("log2_radius", [-1040, -1060])
+def test_estimate_attaining_point_inside_a_subnormal_ball_is_refused(log2_radius: int) -> None:
+    """``X, z ~ 2^515`` and ``v ~ 2^-600`` (output constant ``~2^953``, a normal double) on a ball of radius
+    ``2^-1040`` or ``2^-1060``: every nonzero point of the ball has ``||W||_F`` below ``2^-1022``, so a
+    nonzero attaining point is not a normal double and the estimate must say so (documented Raises), however
+    small the point is on the search's own scale (there ``||W̃|| ≤ R·2^(eX+ez) = R·2^1034 ≤ 2^-6``). The
+    attaining point is nonzero: ``W = 0`` is not a local maximum of ``||J||`` for this data (the first ascent
+    step from it improves), so the search cannot return ``W = 0``."""
+    rng = np.random.default_rng(3)
+    X = np.ldexp(rng.standard_normal((1, 3, 2)), 515)
+    inst = A.Instance(
+        X, [1.0], np.ldexp(rng.standard_normal(2), -600), np.ldexp(rng.standard_normal((1, 2)), 515)
+    )
+    with pytest.raises(NumericalError) as exc:
+        lipschitz_estimate(inst, "softmax", radius=2.0**log2_radius, of="output", samples=4, steps=2)
+    assert re.fullmatch(
+        r"the norm \|\|W\|\|_F of the estimate's attaining point W is about 1e-3\d\d: it underflows "
+        + re.escape(RANGE_TEXT)
+        + r"\. Rescale X or z by a power of two \(W scales inversely\)",
+        str(exc.value),
+    )
+
+
+# ----------------------------------------------------------------------------- the random candidates' radii
+def triangle_with_common_part() -> A.Instance:
+    """Three tokens ``(r cos θ_t, r sin θ_t, M)`` (an equilateral triangle, ``θ_t = 2πt/3``, ``r = ½``)
+    sharing the common coordinate ``M = ¾``, query ``¾·e₁``. Two facts make the search's random points
+    observable:
+
+    * the logit map's top singular vector ``V₁`` (``√3·M > √(3/2)·r``) moves every logit by the same amount,
+      which leaves the softmax unchanged: the structured candidates ``t R V₁`` attain ``||J(0)||`` (to
+      rounding);
+    * ``W = 0`` is a strict (conical) minimum of ``||J(W)||`` on small balls: the planar logits span the whole
+      sum-zero subspace and, at uniform weights, any first-order change ``δs`` raises the top eigenvalue of
+      ``D = diag(s) − ssᵀ`` there by ``|μ| > 0`` (the projected ``diag(δs)`` is traceless on it).
+
+    Hence with ``steps = 0`` the estimate's ``W`` is a random sample whenever its value exceeds ``||J(0)||``,
+    and every sample at a small enough radius does."""
+    th = 2 * np.pi * np.arange(3) / 3
+    X = np.stack([0.5 * np.cos(th), 0.5 * np.sin(th), np.full(3, 0.75)], axis=1)[None]
+    return A.Instance(X, [1.0], np.array([0.5, 0.25, 0.0]), np.array([[0.75, 0.0, 0.0]]))
+
+
+#: Significance of the Kolmogorov–Smirnov test of the sampled radii: a correct sampler is rejected with
+#: probability 1e-3 (the seeds are fixed, so the outcome is deterministic).
+KS_ALPHA = 1e-3
+#: Seeds of the radius tests (each run draws one or two random points).
+RADIUS_SEEDS = 30
+#: A value counts as above ``||J(0)||`` beyond the rounding of the ``t R V₁`` candidates (relative ~1e-13 at
+#: the radii used: the common logit shift is computed with absolute error ``~eps·|l|``).
+ABOVE_J0 = 1e-9
+
+
+def test_random_points_of_even_draws_are_uniform_in_the_ball() -> None:
+    """With one sample (the 0-th, an even draw) and no ascent on a ball small enough that no weight saturates
+    (``R = 1``, logit gaps ``≤ 0.65``), the estimate's point is that sample (see
+    :func:`triangle_with_common_part`); documented: uniform in the ball, so ``||W||_F/R`` has the CDF
+    ``ρ^{d²}`` (``d² = 9``). Oracle: Kolmogorov–Smirnov test over ``RADIUS_SEEDS`` seeds (a radius uniform on
+    ``[0, R]`` instead is rejected at p ~ 1e-11)."""
+    from scipy.stats import kstest
+
+    inst = triangle_with_common_part()
+    j0 = float(mp_weights_jacobian_norm(inst, [[mpmath.mpf(1) / 3] * 3]))
+    radii = []
+    for seed in range(RADIUS_SEEDS):
+        e = lipschitz_estimate(inst, radius=1.0, seed=seed, samples=1, steps=0)
+        assert e.value > j0 * (1 + ABOVE_J0)  # the sample is the point found (premise)
+        radii.append(float(np.linalg.norm(e.W)))
+    assert kstest(radii, lambda x: np.clip(x, 0.0, 1.0) ** 9).pvalue >= KS_ALPHA
+
+
+def test_random_points_of_odd_draws_stay_on_the_logits_scale() -> None:
+    """Odd draws have the documented radius ``min(R, e^u)``, ``u`` uniform between ``log(0.1/max c)`` and
+    ``log(10/min c)``, ``c`` over the positive ``||x_it||·||z_i||`` and ``||x_it − x_iu||·||z_i||``: never
+    below ``0.1/max c``. On a large ball (``R = 1000``) the even draw (radius ``≥ 0.148`` with probability ``1
+    − 1e-34``) and the ``t R V₁`` candidates cannot be that small, and every point at such a small radius
+    beats ``W = 0`` (see :func:`triangle_with_common_part`); so no point found may lie below ``0.1/max c``.
+    Oracle: ``c`` from the definition (hand-listed norms); most runs find their odd draw."""
+    inst = triangle_with_common_part()
+    X, z = inst.X[0], inst.z[0]
+    c = [float(np.linalg.norm(X[t]) * np.linalg.norm(z)) for t in range(3)]
+    c += [
+        float(np.linalg.norm(X[t] - X[u]) * np.linalg.norm(z)) for t in range(3) for u in range(3) if t != u
+    ]
+    lo, hi = 0.1 / max(c), 10.0 / min(c)
+    j0 = float(mp_weights_jacobian_norm(inst, [[mpmath.mpf(1) / 3] * 3]))
+    found = []
+    for seed in range(2 * RADIUS_SEEDS):
+        e = lipschitz_estimate(inst, radius=1000.0, seed=seed, samples=2, steps=0)
+        if e.value > j0 * (1 + ABOVE_J0):
+            found.append(float(np.linalg.norm(e.W)))
+    assert min(found) >= lo * (1 - 4 * EPS)
+    assert sum(rho <= hi for rho in found) >= RADIUS_SEEDS  # the odd draws are found in most runs
+
+
+# ----------------------------------------------------------------------------- the bound's split of the data
+def test_linear_output_bound_of_tiny_tokens_next_to_a_zero_token_is_exact() -> None:
+    """One zero token and one token ``2^-600·(1, ½)``, ``v = (2^600, 0)``, ``z = (1, ½)``: the values are
+    ``a = (0, 1)`` and the linear output ``f = Σ_t a_t x_tᵀ W z`` is linear in ``W`` with constant
+    ``||Σ_t a_t x_t||·||z|| = 2^-600·(5/4)`` exactly (hand-derived). The bound is that value, rounded up by at
+    most its rounding allowance: the zero token must not set the sequence's scale (the tokens ``2^-600``
+    would then be multiplied unscaled and their products underflow to a bound of 0)."""
+    X = np.array([[[0.0, 0.0], [2.0**-600, 2.0**-601]]])
+    inst = A.Instance(X, [1.0], np.array([2.0**600, 0.0]), np.array([[1.0, 0.5]]))
+    b = lipschitz_bound(inst, "linear", of="output")
+    exact = math.ldexp(1.25, -600)
+    assert exact <= b.value <= exact * (1 + 2 * b.rounding_rtol)
