@@ -362,12 +362,15 @@ def _log_max_weight(sp: _Split, kind: str, radius: float, *, rounded_up: bool) -
     safe_m = np.where(np.isfinite(m), m, 0.0)
     # (only log 0 = −inf of an all-−inf row is possible: every exponent is ≤ 0 and never NaN, being
     # −(a product of finite mantissas and a power of two), so no inf − inf or 0·inf arises)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", under="ignore"):  # a term e^(−10⁶) is 0 to float64: exact enough
         q = np.where(
             np.isfinite(m[..., 0]), safe_m[..., 0] + np.log(np.sum(np.exp(expo - safe_m), axis=-1)), -np.inf
         )
     # s ≤ 1/(1 + e^q): log s ≤ −log(1 + e^q) = −logaddexp(0, q), exact in the log domain.
-    logp = -np.logaddexp(0.0, q)  # (n, T)
+    with np.errstate(
+        under="ignore"
+    ):  # log(1 + e^q) for q ≪ 0 is e^q, and below 2^-1074 it is 0: exact enough
+        logp = -np.logaddexp(0.0, q)  # (n, T)
     if rounded_up:
         fin = np.where(np.isfinite(expo), np.abs(expo), 0.0)
         # Exponents near 1.8e308 (R·c at the top of the range) make the sum overflow to inf: the
@@ -513,8 +516,9 @@ def lipschitz_bound(
     bit for bit under power-of-two rescaling, see the module docstring), otherwise
     :class:`~attnsvm.NumericalError` names the bound and float64's range; 0 only when the true
     constant is 0 (``X``, ``z`` or, for outputs of the linear kind, the values all 0). Accuracy: an
-    upper bound on the exact constant after rounding (``rounding_rtol``; the output factors add the
-    values' rounding ``4(d + 2)·eps·max||x||·||v||`` to the spread, and ``p_i`` is rounded up by
+    upper bound on the exact constant after rounding (``rounding_rtol``; the output factors use the spread
+    ``(max_t a_it − min_t a_it)·(1 + 2 eps) + 4(d + 2)·eps·max||x||·||v||``: the computed difference
+    rounded up for its own rounding, plus the values' rounding, and ``p_i`` is rounded up by
     ``_log_weight_ulps·eps·(1 + |exponent|)`` in the log); the linear output bound is exact to
     ``rounding_rtol`` relative plus the values' rounding ``~d·eps·|x|·|v|`` absolute.
 
@@ -714,8 +718,10 @@ def lipschitz_estimate(
 
     Raises:
       NumericalError: the estimate is outside ``[2.2e-308, 1.8e308]``, or ``||W||_F`` of its attaining
-        point is (the data so large that the point underflows), or the largest Jacobian found is
-        below its float64 rounding level (every sequence's tokens nearly coincide).
+        point is (the data so large that the point underflows), or no point searched, down to
+        ``W = 0``, has a Jacobian above its float64 rounding level (every sequence's tokens nearly
+        coincide). A point whose Jacobian is below that level (saturated: two tied tokens at huge
+        logits) is passed over for the next largest one that resolves.
     """
     require("torch", feature="lipschitz_estimate")  # pragma: no mutate
     import torch
@@ -827,8 +833,7 @@ def lipschitz_estimate(
         cands.append(rad * g)
     vals = [value(c) for c in cands]
     order = np.argsort(vals, kind="stable")[::-1][:starts]
-    best_i = int(np.argmax(vals))
-    best_val, best_w = vals[best_i], cands[best_i]
+    found = list(zip(vals, cands, strict=True))  # every point searched, with its search value
     if kind != "linear":  # the linear Jacobian is constant: nothing to ascend
         for idx in order:
             w = cands[int(idx)].copy()
@@ -847,10 +852,23 @@ def lipschitz_estimate(
                     eta *= 0.5
                     if eta < 1e-9 * R:
                         break
-            if cur > best_val:
-                best_val, best_w = cur, w
+            found.append((cur, w))
     # Independent recomputation at the attaining point: full autograd Jacobian, largest singular value.
-    full_m, full_e = _jacobian_pair(orig, kind, of, best_w, shift)
+    # The point of largest search value may be one whose Jacobian is below its own rounding floor (e.g.
+    # a candidate t·R·V₁ that keeps two tokens tied at huge logits: the floor grows like eps·|l|): then
+    # the next point is tried, in decreasing search value, down to W = 0; only when none resolves does
+    # the estimate refuse (every sequence's tokens nearly coincide).
+    pair = None
+    for val, w in sorted(found, key=lambda vw: vw[0], reverse=True):
+        pair = _jacobian_pair(orig, kind, of, w, shift, unresolved="none")
+        if pair is not None:
+            best_val, best_w = val, w
+            break
+    if pair is None:
+        best_val, best_w = max(found, key=lambda vw: vw[0])
+        pair = _jacobian_pair(orig, kind, of, best_w, shift)  # raises, naming the rounding floor
+    assert pair is not None  # (for mypy: the call above raises when it would be None)
+    full_m, full_e = pair
     est_value = _scaled_back(full_m, full_e, f"the {kind} {of} Lipschitz estimate (radius {R_orig:.3g})")
     W_back = np.ldexp(best_w, -shift)  # exact unless an entry falls below 2^-1022 (checked next)
     nrm = _fro(best_w)
@@ -919,7 +937,9 @@ def jacobian_norm(inst: Instance, W: ArrayLike, kind: str = "softmax", of: str =
         return 0.0
     # Scale: each sequence is evaluated on its own O(1) rescaling at the same logits and the blocks are
     # combined on the scale of the largest (``_jacobian_pair``); the power of two is put back at the end.
-    m, e = _jacobian_pair(inst, kind, of, Wa, 0)
+    pair = _jacobian_pair(inst, kind, of, Wa, 0)
+    assert pair is not None  # (for mypy: unresolved="raise" raises instead of returning None)
+    m, e = pair
     return _scaled_back(m, e, f"the {kind} {of} Jacobian norm ||J(W)||_2")
 
 
@@ -968,11 +988,28 @@ SATURATION_LOG2 = 900
 
 
 def _search_radius(inst: Instance, R: float, shift: int) -> float:
-    """The ball ``R·2^shift`` of the rescaled data, capped where the logits reach ``2^SATURATION_LOG2``."""
+    """The ball ``R·2^shift`` of the rescaled data, capped where the logits reach ``2^SATURATION_LOG2``
+    and where the search's intermediates ``W z_i`` and ``x_itᵀ(W z_i)`` would leave float64.
+
+    ``||𝓛||_F`` bounds every logit, so ``||W|| ≤ 2^SATURATION_LOG2/||𝓛||_F`` keeps them below
+    ``2^SATURATION_LOG2``; when sequences have reciprocal scales (large tokens with a small query in one,
+    the reverse in another) ``||𝓛||_F`` is tiny although ``max||x||`` and ``max||z||`` are O(1), and that cap
+    exceeds float64 (it read ``inf`` and the search failed with "radius too large"): the second cap
+    ``2^(SATURATION_LOG2+100)/(max||x||·max||z||)`` keeps ``|W z_i| ≤ ||W||·max||z||`` and every logit finite.
+    """
+    finite_log2 = SATURATION_LOG2 + 100  # 2^1000: finite with room for the d-term sums of the products
     with np.errstate(over="ignore", under="ignore"):
         Rn = float(np.ldexp(R, shift))
-    lf = float(np.linalg.norm(np.linalg.norm(inst.X, axis=-1) * np.linalg.norm(inst.z, axis=1)[:, None]))
-    cap = math.ldexp(1.0, SATURATION_LOG2) / lf if lf > 0 else FLOAT_MAX
+        xn = np.linalg.norm(inst.X, axis=-1)
+        zn = np.linalg.norm(inst.z, axis=1)
+    lf = float(np.linalg.norm(xn * zn[:, None]))
+    big = float(np.max(xn)) * float(np.max(zn))
+    # (a quotient beyond 1.8e308 is inf, never an exception, and the min discards it)
+    cap = min(
+        math.ldexp(1.0, SATURATION_LOG2) / lf if lf > 0 else math.inf,
+        math.ldexp(1.0, finite_log2) / big if big > 0 else math.inf,
+        FLOAT_MAX,
+    )
     return min(Rn, cap)
 
 
@@ -1003,11 +1040,12 @@ def _jacobian_floors(
     sequence's point on that scale, ``(n, d²)``. The ``nT`` of the SVD term counts every row of ``J``.
     """
     n, T, d = Xh.shape
-    xn = np.linalg.norm(Xh, axis=-1)
-    zn = np.linalg.norm(zh, axis=1)
-    c = xn * zn[:, None]  # (n, T): ||x_it||·||z_i||
-    lf = np.linalg.norm(c, axis=1)  # ||𝓛_i||_F
-    lam = np.max(c, axis=1) * np.array([_fro(w) for w in Wh])  # max |logit| of each sequence
+    with np.errstate(under="ignore"):  # entries 2^1022 below their sequence's largest: negligible here
+        xn = np.linalg.norm(Xh, axis=-1)
+        zn = np.linalg.norm(zh, axis=1)
+        c = xn * zn[:, None]  # (n, T): ||x_it||·||z_i||
+        lf = np.linalg.norm(c, axis=1)  # ||𝓛_i||_F
+        lam = np.max(c, axis=1) * np.array([_fro(w) for w in Wh])  # max |logit| of each sequence
     # output: ∂f/∂l_t = s_t(a_t − f) (or a_t for linear) is of the size of the values, whose own
     # rounding is ≤ d·eps·|x_t|·|v| (absolute products): the scale is max_t |x_t|·|v|, T terms
     with np.errstate(under="ignore"):
@@ -1041,7 +1079,9 @@ def _structurally_zero(inst: Instance, kind: str, of: str) -> bool:
     return bool(np.all(_zero_sequences(inst, kind, of)))
 
 
-def _jacobian_pair(inst: Instance, kind: str, of: str, W: FloatArray, wshift: int) -> tuple[float, int]:
+def _jacobian_pair(
+    inst: Instance, kind: str, of: str, W: FloatArray, wshift: int, *, unresolved: str = "raise"
+) -> tuple[float, int] | None:
     """``||J(W·2^−wshift)||₂ = m·2^e`` on the ORIGINAL data ``inst``, as ``(m, e)`` with ``m ≥ ½``.
 
     ``J`` stacks the sequences' blocks ``J_i = ∂s_i/∂W`` (rows of sequence ``i``), which share ``W`` but
@@ -1056,7 +1096,8 @@ def _jacobian_pair(inst: Instance, kind: str, of: str, W: FloatArray, wshift: in
     (``_zero_sequences``) are exactly 0.
 
     Raises NumericalError when ``Ŵ_i`` or the Jacobian is not finite (logits beyond float64), or when
-    the norm is at or below the combined rounding floor ``(Σ_i (floor_i·2^k_i)²)^½`` (``_jacobian_floors``).
+    the norm is at or below the combined rounding floor ``(Σ_i (floor_i·2^k_i)²)^½`` (``_jacobian_floors``);
+    with ``unresolved="none"`` the latter returns ``None`` instead (the estimate then tries its next point).
     """
     require("torch", feature="the attained Jacobian (jacobian_norm, lipschitz_estimate)")  # pragma: no mutate
     import torch
@@ -1117,6 +1158,8 @@ def _jacobian_pair(inst: Instance, kind: str, of: str, W: FloatArray, wshift: in
     if val > floor:
         m, e = math.frexp(val)
         return m, e + E
+    if unresolved == "none":
+        return None
     raise NumericalError(
         f"the {kind} {of} Jacobian norm at this W is below the rounding level of its float64 "
         f"computation ({val:.3g} ≤ {floor:.3g} on the sequences rescaled to O(1)): the attention is "

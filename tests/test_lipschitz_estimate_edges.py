@@ -23,7 +23,7 @@ import pytest
 
 import attnsvm as A
 from attnsvm.errors import AttnSVMError, NumericalError
-from attnsvm.lipschitz import lipschitz_bound, lipschitz_estimate
+from attnsvm.lipschitz import jacobian_norm, lipschitz_bound, lipschitz_estimate
 
 EPS = float(np.finfo(np.float64).eps)
 KINDS = ("softmax", "linear", "normalized_linear")
@@ -275,3 +275,80 @@ def test_linear_output_bound_of_tiny_tokens_next_to_a_zero_token_is_exact() -> N
     b = lipschitz_bound(inst, "linear", of="output")
     exact = math.ldexp(1.25, -600)
     assert exact <= b.value <= exact * (1 + 2 * b.rounding_rtol)
+
+
+# ----------------------------------------------------------------------------- defects found by mutation
+def mp_softmax_weights(inst: A.Instance, W: np.ndarray) -> list[list[mpmath.mpf]]:
+    """The softmax weights at ``W`` in mpmath (50 digits) from the exact input doubles."""
+    n, T, d = inst.shape
+    with mpmath.workdps(DPS):
+        out = []
+        for i in range(n):
+            wz = [
+                mpmath.fsum(mpmath.mpf(float(W[r, c])) * float(inst.z[i, c]) for c in range(d))
+                for r in range(d)
+            ]
+            lg = [mpmath.fsum(mpmath.mpf(float(inst.X[i, t, r])) * wz[r] for r in range(d)) for t in range(T)]
+            top = max(lg)
+            ex = [mpmath.exp(v - top) for v in lg]
+            tot = mpmath.fsum(ex)
+            out.append([v / tot for v in ex])
+        return out
+
+
+def test_estimate_at_a_huge_radius_returns_the_largest_resolved_point() -> None:
+    """Regression (found while judging mutants): at radius 1e30 the search's best candidate ``R·V₁`` keeps
+    two tokens exactly tied at logits ~1e30, where the Jacobian is below its float64 rounding floor, and the
+    estimate used to refuse with "below the rounding level" although ``||J(0)|| ≈ 0.43`` is attained and
+    representable. It now returns the largest point that resolves. Oracle: the value is the mpmath
+    Jacobian norm at the returned ``W`` (50 digits, weights and Jacobian from the exact doubles), at least
+    ``||J(0)||`` (closed form) and at most the certified bound."""
+    inst = A.Instance(TOKENS[None], [1.0], [0.5, 0.25], QUERY[None])
+    e = lipschitz_estimate(inst, radius=1e30, samples=8, steps=4, starts=2)
+    at_w = mp_weights_jacobian_norm(inst, mp_softmax_weights(inst, e.W))
+    assert abs(mpmath.mpf(e.value) / at_w - 1) <= svd_rtol(inst)
+    third = mpmath.mpf(1) / 3
+    j0 = mp_weights_jacobian_norm(inst, [[third] * 3])
+    assert e.value >= float(j0) * (1 - svd_rtol(inst))
+    assert e.value <= lipschitz_bound(inst, radius=1e30).value
+
+
+def test_estimate_on_reciprocal_scales_at_a_radius_beyond_the_logit_range_is_answered() -> None:
+    """Regression: sequences with reciprocal scales (``2^±250``) have a logit map of norm ``~2^-500`` on the
+    rescaled data, so the search's cap ``2^900/||𝓛||`` overflowed to inf at radius ``2^600``: the search
+    multiplied by inf (numpy warning) and refused with "radius too large". The map is the balanced one
+    (``a = 0``) exactly, so the answer is that of the balanced data on the same ball. Oracle: the mpmath
+    Jacobian at the returned point, ``≥ ||J(0)||`` (closed form) and ``≤`` the certified bound; no warning."""
+    inst = reciprocal_pair(250)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e = lipschitz_estimate(inst, radius=2.0**600, samples=8, steps=4, starts=2)
+    at_w = mp_weights_jacobian_norm(inst, mp_softmax_weights(inst, e.W))
+    assert abs(mpmath.mpf(e.value) / at_w - 1) <= svd_rtol(inst)
+    third = mpmath.mpf(1) / 3
+    j0 = mp_weights_jacobian_norm(inst, [[third] * 3] * 2)
+    assert e.value >= float(j0) * (1 - svd_rtol(inst))
+    assert e.value <= lipschitz_bound(inst, radius=2.0**600).value
+
+
+def test_a_callers_underflow_trap_changes_nothing() -> None:
+    """Regression: under the caller's ``np.errstate(under="raise")`` the bound and the attained Jacobian
+    used to raise numpy's ``FloatingPointError`` (an unguarded ``exp`` of huge negative exponents; token
+    norms of entries far below their sequence's largest). Oracle: numpy's floating-point state is not an
+    input: the results equal those under the default state, bit for bit."""
+    r = np.random.default_rng(0)
+    i4 = A.Instance(
+        r.standard_normal((1, 3, 2)) * 2.0**-100,
+        [1.0],
+        np.ones(2) * 2.0**-1000,
+        r.standard_normal((1, 2)) * 2.0**1000,
+    )
+    X = r.standard_normal((2, 3, 2))
+    X[:, :, 1] *= 2.0**-600
+    i1 = A.Instance(X, np.ones(2), [2.0**-600, 1.0], r.standard_normal((2, 2)))
+    plain = (lipschitz_bound(i4, "softmax").value, jacobian_norm(i1, np.eye(2), "softmax", of="output"))
+    with np.errstate(under="raise"):
+        trapped = (lipschitz_bound(i4, "softmax").value, jacobian_norm(i1, np.eye(2), "softmax", of="output"))
+    assert trapped == plain
