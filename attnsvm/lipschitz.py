@@ -682,8 +682,8 @@ def lipschitz_estimate(
     ``0.1/max c`` when that is larger; ``c`` ranges over the positive ``||x_it||·||z_i||`` and
     ``||x_it − x_iu||·||z_i||``, the sizes on which the weights vary). From the ``starts`` best,
     projected ascent on ``||J(W)||₂`` (gradient by autograd through ``jacrev`` and ``eigvalsh``):
-    normalised steps of length ``η``, from ``η = R/4``, halved on every non-improving step,
-    projected back onto the ball. Deterministic: all randomness comes from
+    normalised steps of length ``η``, from ``η = R/4``, halved on every non-improving step (an
+    ascent stops when ``η < 10⁻⁹·R``), projected back onto the ball. Deterministic: all randomness comes from
     ``numpy.random.default_rng(seed)``.
 
     Every candidate lies in the ball and ``||J(W)||₂ ≤ Lip_R`` at each, so the result is a lower

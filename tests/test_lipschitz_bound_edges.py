@@ -14,6 +14,7 @@ scale contract's error text.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import mpmath
 import numpy as np
@@ -309,3 +310,116 @@ def test_bound_log_candidates_are_the_logs_of_the_certified_candidates(kind: str
     assert min(b.log_candidates.values()) == pytest.approx(math.log(b.nominal), abs=4 * EPS)
     if (kind, of) == ("linear", "weights"):
         assert b.log_candidates["||L||_2 (exact)"] == pytest.approx(math.log(2.0), abs=4 * EPS)
+
+
+# ----------------------------------------------------------------------------- the floor's two sides
+def documented_sequence_floor(inst: A.Instance, i: int) -> float:
+    """The documented absolute rounding floor (``attnsvm.lipschitz.JACOBIAN_ULPS``) of sequence ``i``'s output
+    block at ``W = 0`` in an ``n``-sequence instance: ``JACOBIAN_ULPS·(nT + d² + T + 2 + 2d)·eps·||𝓛_i||_F``
+    times ``T·max_t Σ_k |x_itk||v_k|``, with ``||𝓛_i||_F = (Σ_t ||x_it||²||z_i||²)^½`` (sequence ``i``'s own
+    logit map; ``nT`` counts every row of ``J``). Evaluated on the raw data: it scales like the block."""
+    n, T, d = inst.shape
+    lf = float(np.linalg.norm(np.linalg.norm(inst.X[i], axis=-1))) * float(np.linalg.norm(inst.z[i]))
+    values = T * float(np.max(np.abs(inst.X[i]) @ np.abs(inst.v)))
+    return float(JACOBIAN_ULPS * (n * T + d * d + T + 2 + 2 * d) * EPS * lf * values)
+
+
+def _split_values_query(delta: float, q: float) -> A.Instance:
+    """``_split_values(δ)`` with the query ``(q, 0)``: by hand ``||J(0)||₂ = δ·q`` (the block is ``δ e₂(q e₁)ᵀ``)."""
+    return A.Instance(np.array([[[1.0, 1.0], [1.0, -1.0]]]), [1.0], [1.0, delta], [[q, 0.0]])
+
+
+#: The true norm is put this factor BELOW the documented floor: well outside the values' own rounding
+#: (``eps/(2δ) ≈ 0.2 %`` of the norm here), so the computed norm is below the floor and must be refused.
+JUST_BELOW = 0.85
+
+
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+@pytest.mark.parametrize("mantissa", [0.52, 0.75, 0.97])
+def test_output_jacobian_norm_below_its_documented_floor_is_refused(kind: str, mantissa: float) -> None:
+    """``jacobian_norm`` documents that a value at or below its absolute rounding floor (``JACOBIAN_ULPS``)
+    raises rather than returning an unresolved number. The true norm is put ``JUST_BELOW`` times the
+    documented floor, with the query's size chosen so that the floor's mantissa (its place in its binade:
+    the floor is compared on a power-of-two scale) is ``mantissa``; the call must raise the documented
+    rounding-level error. Oracle: ``||J(0)||₂ = δ·q`` by hand (``_split_values_query``), checked in mpmath from
+    the definition, and the documented floor evaluated on the raw data."""
+    W = np.zeros((2, 2))
+    q = mantissa / math.frexp(documented_output_floor(_split_values_query(0.0, 1.0), W))[0]
+    floor0 = documented_output_floor(_split_values_query(0.0, q), W)
+    inst = _split_values_query(JUST_BELOW * floor0 / q, q)
+    truth = float(mp_output_jacobian_at_zero(inst))
+    floor = documented_output_floor(inst, W)
+    assert math.frexp(floor)[0] == pytest.approx(mantissa, rel=1e-9)
+    assert truth / floor == pytest.approx(JUST_BELOW, rel=1e-9)
+    with pytest.raises(NumericalError, match="below the rounding level of its float64 computation"):
+        jacobian_norm(inst, W, kind, of="output")
+
+
+#: Sequence 1 of the two-sequence instance below is ``2^-TINY_SEQUENCE_LOG2`` times sequence 0 in ``X``: its
+#: block (and floor) is ``2^-1200`` times sequence 0's, below every float64 rounding of the stacked norm.
+TINY_SEQUENCE_LOG2 = 600
+
+
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+def test_output_floor_is_set_by_each_sequences_own_logit_map_not_the_whole_instances(kind: str) -> None:
+    """Sequence 0 is ``_split_values`` (``||J_0(0)||₂ = δ``), put ``JUST_ABOVE`` its documented floor; sequence 1
+    has the same tokens times ``2^-600`` (values ``2^-600(1 ± δ₁)``, a live block ``~2^-1200`` times smaller).
+    The documented floor is summed in quadrature over the sequences, each with its OWN ``||𝓛_i||_F``
+    (``documented_sequence_floor``): sequence 1 adds nothing at float64 precision, so the norm is resolved and
+    returned to the documented accuracy (a floor built on both sequences' logit maps would be ``√2`` times
+    larger and refuse). Oracle: the stacked ``||J(0)||₂`` in mpmath from the definition (= δ to 1e-15 by hand)
+    and the documented floor."""
+    W = np.zeros((2, 2))
+    X = np.array([[[1.0, 1.0], [1.0, -1.0]], [[1.0, 1.0], [1.0, -1.0]]])
+    X[1] = np.ldexp(X[1], -TINY_SEQUENCE_LOG2)
+    probe = A.Instance(X, [1.0, 1.0], [1.0, 0.0], [[1.0, 0.0], [1.0, 0.0]])
+    delta = JUST_ABOVE * documented_sequence_floor(probe, 0)
+    inst = A.Instance(X, [1.0, 1.0], [1.0, delta], [[1.0, 0.0], [1.0, 0.0]])
+    truth = float(mp_output_jacobian_at_zero(inst))
+    floor = math.hypot(documented_sequence_floor(inst, 0), documented_sequence_floor(inst, 1))
+    assert truth == pytest.approx(delta, rel=1e-15)
+    assert 1.0 < truth / floor < math.sqrt(2.0)
+    got = jacobian_norm(inst, W, kind, of="output")
+    assert abs(got - truth) <= floor + svd_rtol(inst) * truth
+
+
+# ----------------------------------------------------------------------------- the caller's underflow trap
+def _underflowing_products() -> A.Instance:
+    """Tokens ``(1, 2^-600)`` and ``(−1, 2^-600)``, ``v = (1, 2^-600)``, query ``(0.75, 0)``: the products
+    ``x_t2·v_2 = 2^-1200`` underflow (negligible next to ``x_t1·v_1 = ±1``); by hand ``∂f/∂W = ½(a_1 − a_2)·
+    ½(x_1 − x_2) zᵀ`` at ``W = 0`` is the single entry ``½·2·½·2·0.75 = 0.75`` (``a_t = ±1 + 2^-1200``)."""
+    X = np.array([[[1.0, 2.0**-600], [-1.0, 2.0**-600]]])
+    return A.Instance(X, [1.0], [1.0, 2.0**-600], [[0.75, 0.0]])
+
+
+def _far_apart_sequences() -> A.Instance:
+    """``_split_values(½)`` twice, the second sequence's tokens times ``2^-600``: its block is ``2^-1200``
+    times the first's and underflows when the blocks are put on the first's scale. By hand
+    ``||J(0)||₂ = δ = ½`` (the second block adds ``2^-2400`` relative to its square)."""
+    X = np.array([[[1.0, 1.0], [1.0, -1.0]], [[1.0, 1.0], [1.0, -1.0]]])
+    X[1] = np.ldexp(X[1], -TINY_SEQUENCE_LOG2)
+    return A.Instance(X, [1.0, 1.0], [1.0, 0.5], [[1.0, 0.0], [1.0, 0.0]])
+
+
+@pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
+@pytest.mark.parametrize(
+    ("make", "exact"),
+    [(_underflowing_products, 0.75), (_far_apart_sequences, 0.5)],
+    ids=["products", "stack"],
+)
+def test_output_jacobian_norm_is_unchanged_by_a_callers_underflow_trap(
+    kind: str, make: Callable[[], A.Instance], exact: float
+) -> None:
+    """``jacobian_norm`` of the output on data whose intermediates underflow harmlessly (the values' products
+    ``|x_tk||v_k|`` of the rounding floor, or a block ``2^-1200`` below the largest when the blocks are stacked
+    on a common scale) must answer under the caller's ``np.errstate(under="raise")`` exactly as under the
+    default state, never with numpy's ``FloatingPointError``. Oracle: numpy's floating-point state is not an
+    input (bit-identical results), and the hand-derived ``||J(0)||₂`` (checked in mpmath from the definition)."""
+    inst = make()
+    W = np.zeros((2, 2))
+    assert float(mp_output_jacobian_at_zero(inst)) == pytest.approx(exact, rel=1e-15)
+    plain = jacobian_norm(inst, W, kind, of="output")
+    with np.errstate(under="raise"):
+        trapped = jacobian_norm(inst, W, kind, of="output")
+    assert trapped == plain
+    assert abs(plain - exact) <= svd_rtol(inst) * exact

@@ -352,3 +352,149 @@ def test_a_callers_underflow_trap_changes_nothing() -> None:
     with np.errstate(under="raise"):
         trapped = (lipschitz_bound(i4, "softmax").value, jacobian_norm(i1, np.eye(2), "softmax", of="output"))
     assert trapped == plain
+
+
+# ----------------------------------------------------------------------------- the search's candidates and caps
+def test_search_radius_is_capped_where_the_search_intermediates_stay_finite() -> None:
+    """``_search_radius`` documents two caps: ``2^SATURATION_LOG2/||𝓛||_F`` and
+    ``2^(SATURATION_LOG2+100)/(max||x||·max||z||)``. Two sequences with reciprocal scales (tokens ``½·e₁`` and
+    0, query ``2^-300·e₁``; the reverse) have ``||𝓛||_F = √2·2^-301`` (the first cap overflows to inf) and
+    ``max||x||·max||z|| = ¼`` exactly, so on a ball of ``2^1020`` the search radius is ``2^1000/¼ = 2^1002``
+    exactly (hand-derived from the docstring's formula), also when that product is below 1."""
+    from attnsvm.lipschitz import SATURATION_LOG2, _search_radius
+
+    assert SATURATION_LOG2 == 900
+    tiny = 2.0**-300
+    X = np.array([[[0.5, 0.0], [0.0, 0.0]], [[tiny, 0.0], [0.0, 0.0]]])
+    inst = A.Instance(X, np.ones(2), np.array([1.0, 0.0]), np.array([[tiny, 0.0], [0.5, 0.0]]))
+    assert _search_radius(inst, 2.0**1020, 0) == 2.0**1002
+    assert _search_radius(inst, 2.0**1000, 2) == 2.0**1002  # R·2^shift beyond the cap
+    assert _search_radius(inst, 2.0**500, 0) == 2.0**500  # a ball inside the cap is kept
+
+
+#: Two 1-d sequences (``z = 1``, ``W = w``) whose best structured candidate is a quarter of the ball, one on
+#: each side of the logit map's top singular vector ``V₁``, whatever sign the eigensolver gives it (the
+#: logits at ``t R V₁`` are ``t R σ₁ u``, ``u`` the Gram's top eigenvector, ``∝ ±x``). Along ``w`` two of the
+#: three weights stay tied, ``s = (s₁, (1 − s₁)/2, (1 − s₁)/2)``, and ``||J(w)|| = c·s₁(1 − s₁)·√(3/2)``
+#: (``c`` the tokens' gap) is largest at ``s = (½, ¼, ¼)``:
+#:
+#: * ``x = (2, 0, 0)``: ``s₁ = e^{2w}/(e^{2w} + 2)``, best at ``w = ln 2/2``, ``R = 2 ln 2``;
+#: * ``x = (1, 2, 2)``: ``s₁ = 1/(1 + 2e^{w})``, best at ``w = −ln 2``, ``R = 4 ln 2``.
+#:
+#: At the other candidates ``s₁ ∈ {⅓, ⅕, ⅔, 1/9, 8/9, 1/17}``, at most ``8/9`` of the best value; the
+#: two sequences rank the candidates ``+¼ V₁`` and ``−¼ V₁`` oppositely (``u₁`` has the sign of ``x₁`` in one
+#: frame and the opposite in the other), so one of them needs ``t = −¼``.
+QUARTER_CASES = [
+    ((2.0, 0.0, 0.0), 2.0 * math.log(2.0), math.log(2.0) / 2),
+    ((1.0, 2.0, 2.0), 4.0 * math.log(2.0), -math.log(2.0)),
+]
+
+
+@pytest.mark.parametrize(("tokens", "radius", "w_best"), QUARTER_CASES)
+def test_structured_candidates_include_both_signs_of_the_top_singular_vector(
+    tokens: tuple[float, float, float], radius: float, w_best: float
+) -> None:
+    """Documented: the candidates are ``W = 0`` and ``t R V₁`` for ``t ∈ {±¼, ±½, ±1}``; with no random
+    samples and no ascent the estimate is the largest of those seven values (see ``QUARTER_CASES``: a
+    quarter of the ball, on the side of ``V₁`` fixed by the data). Oracle: the closed form at
+    ``s = (½, ¼, ¼)`` in mpmath (``√6/4``, ``√6/8``), ≥ 9/8 times every other candidate's value, and the
+    hand-derived maximiser ``w``."""
+    inst = A.Instance(np.array(tokens)[None, :, None], [1.0], np.array([1.0]), np.array([[1.0]]))
+    e = lipschitz_estimate(inst, radius=radius, samples=0, steps=0, starts=1)
+    best = mp_weights_jacobian_norm(inst, [[mpmath.mpf(1) / 2, mpmath.mpf(1) / 4, mpmath.mpf(1) / 4]])
+    assert abs(mpmath.mpf(e.value) / best - 1) <= svd_rtol(inst)
+    assert float(e.W[0, 0]) == pytest.approx(w_best, rel=4 * EPS)
+
+
+# ----------------------------------------------------------------------------- refusals, named
+#: Two tokens ``(1, 0)`` and ``(1, 2^-60)`` (query ``e₁ + e₂``, ``||z|| = √2``): every logit difference is
+#: ``≤ 2^-60·||W||·√2`` and the weights' derivative is at most ½ per logit, so ``||J(W)|| ≤ 2^-61·√2`` on the
+#: unit ball, far below the Jacobian's float64 rounding floor (``~100·eps·||𝓛|| ≈ 2^-45``).
+NEAR_COINCIDENT = 2.0**-60
+
+
+@pytest.mark.parametrize("steps", [0, 3])
+def test_estimate_refuses_when_no_point_resolves_above_the_rounding_floor(steps: int) -> None:
+    """Documented (Raises): no point searched, down to ``W = 0``, has a Jacobian above its float64 rounding
+    level (every sequence's tokens nearly coincide) → ``NumericalError`` naming the rounding level, never
+    another exception. Oracle: the hand bound of ``NEAR_COINCIDENT`` (the true value is below the floor)."""
+    X = np.array([[[1.0, 0.0], [1.0, NEAR_COINCIDENT]]])
+    inst = A.Instance(X, [1.0], np.array([1.0, 0.0]), np.array([[1.0, 1.0]]))
+    with pytest.raises(NumericalError, match="below the rounding level of its float64 computation"):
+        lipschitz_estimate(inst, radius=1.0, samples=4, steps=steps, starts=2)
+
+
+def test_estimate_beyond_float64_names_the_estimate_and_its_radius() -> None:
+    """Scale contract: ``X`` and ``z`` times ``2^600`` multiply the weights Jacobian by ``2^1200`` exactly
+    (``||J(0)|| ≈ 0.43·2^1200 ≈ 1e360``), beyond float64: ``NumericalError`` naming the estimate, its
+    radius and the representable range (``RANGE_TEXT``, the contract's wording), not a number."""
+    inst = A.Instance(np.ldexp(TOKENS, 600)[None], [1.0], [0.5, 0.25], np.ldexp(QUERY, 600)[None])
+    with pytest.raises(NumericalError) as info:
+        lipschitz_estimate(inst, radius=1.0, samples=4, steps=2)
+    msg = str(info.value)
+    assert "softmax weights Lipschitz estimate (radius" in msg
+    assert RANGE_TEXT in msg
+
+
+def test_a_callers_underflow_trap_changes_nothing_in_the_estimate() -> None:
+    """Under the caller's ``np.errstate(under="raise")`` the estimate answers as under the default state: data
+    of size ``2^-300`` put the ball ``R = 2^-500`` at ``2^-1100`` on the rescaled data (it underflows to 0: the
+    estimate is the Jacobian at ``W = 0``). Oracle: numpy's floating-point state is not an input
+    (bit-identical results) and the value is ``||J(0)||`` of the balanced data times ``2^-600`` (closed form
+    in mpmath)."""
+    inst = A.Instance(np.ldexp(TOKENS, -300)[None], [1.0], [0.5, 0.25], np.ldexp(QUERY, -300)[None])
+    plain = lipschitz_estimate(inst, radius=2.0**-500, samples=4, steps=2)
+    with np.errstate(under="raise"):
+        trapped = lipschitz_estimate(inst, radius=2.0**-500, samples=4, steps=2)
+    assert trapped.value == plain.value
+    assert np.array_equal(trapped.W, plain.W)
+    balanced = A.Instance(TOKENS[None], [1.0], [0.5, 0.25], QUERY[None])
+    j0 = mp_weights_jacobian_norm(balanced, [[mpmath.mpf(1) / 3] * 3])
+    assert abs(mpmath.mpf(math.ldexp(plain.value, 600)) / j0 - 1) <= svd_rtol(inst)
+
+
+#: Seeds of the power test of the even draws' radius law: the KS distance between ``ρ^{d²}`` and a law one
+#: power of ``ρ`` off (``ρ^{d²/2}``, i.e. ``U^{2/d²}``) is ``¼``; with 100 draws a correct sampler passes at
+#: ``KS_ALPHA`` and that wrong one is rejected at ``p ≈ 2·e^{−2·100·(¼)²} ≈ 7e-6``.
+POWER_SEEDS = 100
+
+
+def test_random_points_of_even_draws_have_the_radius_law_of_the_ball_not_a_lower_power() -> None:
+    """Documented: even draws are uniform in the ball, ``ρ = R U^{1/d²}``, so ``||W||_F/R`` has the CDF
+    ``ρ^{d²}`` (``d² = 9``). As :func:`test_random_points_of_even_draws_are_uniform_in_the_ball`, with
+    ``POWER_SEEDS`` seeds: enough to tell ``ρ^9`` from ``ρ^{4.5}`` (``U^{2/d²}``). Oracle: the ball's
+    volume law, Kolmogorov–Smirnov at ``KS_ALPHA``, both ways (the right law accepted, the half power
+    rejected)."""
+    from scipy.stats import kstest
+
+    inst = triangle_with_common_part()
+    j0 = float(mp_weights_jacobian_norm(inst, [[mpmath.mpf(1) / 3] * 3]))
+    radii = []
+    for seed in range(POWER_SEEDS):
+        e = lipschitz_estimate(inst, radius=1.0, seed=seed, samples=1, steps=0)
+        assert e.value > j0 * (1 + ABOVE_J0)  # the sample is the point found (premise)
+        radii.append(float(np.linalg.norm(e.W)))
+    assert kstest(radii, lambda x: np.clip(x, 0.0, 1.0) ** 9).pvalue >= KS_ALPHA
+    assert kstest(radii, lambda x: np.clip(x, 0.0, 1.0) ** 4.5).pvalue < KS_ALPHA
+
+
+#: Ascent steps allowed in the boundary test: far more than the halvings that take ``η`` from ``R/4`` below
+#: ``1e-9·R`` (28), so an ascent that halved on every non-improving step ends long before them.
+BOUNDARY_STEPS = 100
+
+
+@pytest.mark.parametrize("radius", [0.25, 0.375, 0.5])
+def test_ascent_at_a_boundary_maximiser_halves_its_step_and_stops(radius: float) -> None:
+    """``x = (1, 2, 2)``, ``z = 1`` (``d = 1``): ``||J(w)|| = √(3/2)·s₁(1 − s₁)`` with ``s₁ = 1/(1 + 2e^w)``
+    grows as ``w`` decreases to ``−ln 2``, so on a ball ``R < ln 2`` the maximiser is the edge ``w = −R``
+    (the candidate ``−R·sign V₁``, the best start). Every ascent step there leaves the ball outwards and is
+    projected back onto the same point: no improvement, so (documented) ``η`` is halved each time and the
+    ascent stops once ``η`` is negligible, long before ``BOUNDARY_STEPS``. Oracle: the hand-derived
+    maximiser, the mpmath Jacobian there, and the evaluation count (7 candidates + the halvings, ``<
+    7 + BOUNDARY_STEPS``; an ascent that moves on equal values never halves and spends every step)."""
+    inst = A.Instance(np.array([1.0, 2.0, 2.0])[None, :, None], [1.0], np.array([1.0]), np.array([[1.0]]))
+    e = lipschitz_estimate(inst, radius=radius, samples=0, steps=BOUNDARY_STEPS, starts=1)
+    assert float(e.W[0, 0]) == -radius
+    at_edge = mp_weights_jacobian_norm(inst, mp_softmax_weights(inst, np.array([[-radius]])))
+    assert abs(mpmath.mpf(e.value) / at_edge - 1) <= svd_rtol(inst)
+    assert 7 < e.evaluations < 7 + BOUNDARY_STEPS // 2
