@@ -175,6 +175,25 @@ def test_regularization_path_and_kq_are_equivariant_at_1e150() -> None:
     np.testing.assert_array_equal(np.ldexp(ks.W, 2 * j), k0.W)
 
 
+def test_regularization_path_point_below_the_normal_range_is_refused() -> None:
+    """Regression (found by the scale sweep's property once its examples changed): with ``z·2^1014`` and
+    the radii ``·2^−1014`` the path's first point is the unit-scale one, ``0.0025``, times ``2^−1014``:
+    ``1.4e-308``, below float64's normal range, and it was returned with its digits rounded away
+    (``1.43828253e-308`` against the exact ``1.43828433e-308`` of the next point, equal at unit scale).
+    Oracle: the unit-scale path and the contract: a point that is not a normal double is refused,
+    naming the range and the radii as the remedy; the scale at which it is normal agrees bit for bit."""
+    X = np.array([[[-4.0], [0.0], [0.0], [0.0]], [[0.0], [0.0], [0.0], [0.0]], [[-3.0], [3.0], [0.0], [0.0]]])
+    Y, v, z = np.array([-1.0, 1.0, -1.0]), np.array([-1.0]), np.array([[-2.0], [0.0], [2.0]])
+    radii = np.array([0.5, 2.0, 8.0])
+    unit = regularization_path(A.Instance(X, Y, v, z), radii, max_steps=20)
+    assert 0.0 < float(np.max(np.abs(unit.points[0].W))) * 2.0**-1014 < 2.0**-1022  # the oracle's claim
+    with pytest.raises(NumericalError, match=r"path point W at radius .*normal range.*Scale the radii"):
+        regularization_path(A.Instance(X, Y, v, np.ldexp(z, 1014)), np.ldexp(radii, -1014), max_steps=20)
+    ok = regularization_path(A.Instance(X, Y, v, np.ldexp(z, 1000)), np.ldexp(radii, -1000), max_steps=20)
+    for a, b in zip(ok.points, unit.points, strict=True):
+        np.testing.assert_array_equal(np.ldexp(a.W, 1000), b.W)
+
+
 def _mp_corr_gap(W1: np.ndarray, W2: np.ndarray) -> tuple[float, float]:
     with mpmath.workdps(60):
         a = [mpmath.mpf(float(x)) for x in W1.ravel()]

@@ -1923,7 +1923,16 @@ def regularization_path(
     )
     path = RegularizationPath()
     for st in steps:
+        # A point whose largest entry is below the normal range has lost digits (the path runs in the
+        # user's scale): refused like any iterate, not returned rounded.
         W = st.x
+        top = float(np.max(np.abs(W), initial=0.0))
+        if 0.0 < top < FLOAT_TINY:
+            raise range_error(
+                f"the path point W at radius {st.radius:.3g} (its largest entry)",
+                math.log(top),
+                remedy="Scale the radii with the data: X·2^a, z·2^b is the same path at radii·2^−(a+b)",
+            )
         nrm = _fro(W)
         on_sphere = nrm >= st.radius * (1 - 1e-12)
         path.points.append(
