@@ -617,7 +617,8 @@ def status_table() -> str:
         d = json.loads(path.read_text())
         tried = "all" if d["sample_seed"] is None else f"sample {d['tried']} (seed {d['sample_seed']})"
         if d.get("updated_functions"):
-            tried += f", updated ({len(d['updated_functions'])} functions)"
+            k = len(d["updated_functions"])
+            tried += f", updated ({k} function{'s' if k != 1 else ''})"
         lo, hi = d["score_ci95"]
         score = "n/a" if d["score"] is None else f"{100 * d['score']:.1f} % ({100 * lo:.1f}–{100 * hi:.1f})"
         fresh = d["source_sha256"] == _source_hash(module)
