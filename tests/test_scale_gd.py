@@ -178,8 +178,9 @@ def test_regularization_path_and_kq_are_equivariant_at_1e150() -> None:
 def test_regularization_path_point_below_the_normal_range_is_refused() -> None:
     """Regression (found by the scale sweep's property once its examples changed): with ``z·2^1014`` and
     the radii ``·2^−1014`` the path's first point is the unit-scale one, ``0.0025``, times ``2^−1014``:
-    ``1.4e-308``, below float64's normal range, and it was returned with its digits rounded away
-    (``1.43828253e-308`` against the exact ``1.43828433e-308`` of the next point, equal at unit scale).
+    ``1.425e-308``, below float64's normal range. The path ran on subnormal iterates and returned wrong
+    numbers silently: ``1.4383e-308`` for it, and ``1.4383e-308`` for the second point, whose exact value is
+    ``0.0021484375·2^−1014 = 1.2238e-308`` (17 % off).
     Oracle: the unit-scale path and the contract: a point that is not a normal double is refused,
     naming the range and the radii as the remedy; the scale at which it is normal agrees bit for bit."""
     X = np.array([[[-4.0], [0.0], [0.0], [0.0]], [[0.0], [0.0], [0.0], [0.0]], [[-3.0], [3.0], [0.0], [0.0]]])
