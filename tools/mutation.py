@@ -33,7 +33,7 @@ the previous run's rate ``tried / mutants`` (every mutant after a full run), dec
 the union stays a uniform sample in expectation. It refuses when the module's code outside its functions
 (constants, imports, class attributes: :func:`context_hash`) changed. What it cannot see: a mutant of an
 unchanged function whose outcome depends on a changed one; run the whole sample again before stating a
-final score.
+final score (``--rerun`` runs the recorded sample again, whole).
 """
 
 from __future__ import annotations
@@ -436,13 +436,21 @@ def _update_sample(
 
 
 def run(
-    module: str, *, sample: int | None, seed: int, children: int, survivors: bool, update: bool = False
+    module: str,
+    *,
+    sample: int | None,
+    seed: int,
+    children: int,
+    survivors: bool,
+    update: bool = False,
+    rerun: bool = False,
 ) -> dict[str, Any]:
     """Mutate the module's file (:data:`PATHS`), run the sample (or, with ``survivors``, the last run's live
     survivors only, keeping its other outcomes; with ``update``, only the changed functions' mutants),
     and write ``docs/mutation/<module>.json``."""
     prev = _previous(module) if survivors else None
     upd = _previous_for_update(module) if update else None
+    replay = _previous(module) if rerun else None
     tests = [t for t in TESTS[module] if (ROOT / t).exists()]
     dest = ROOT / "build" / "mutation" / module
     _copy_tree(dest)
@@ -451,7 +459,12 @@ def run(
     changed: list[str] = []
     if prev is not None:
         sample, seed = prev["tried"], prev["sample_seed"] if prev["sample_seed"] is not None else seed
-    if prev is not None and prev.get("sample_names") is not None:
+    if replay is not None:
+        # every mutant of the recorded sample again, on the same code: removes --update's assumption
+        chosen = names if replay.get("sample_names") is None else list(replay["sample_names"])
+        to_run = chosen
+        seed = replay["sample_seed"] if replay["sample_seed"] is not None else seed
+    elif prev is not None and prev.get("sample_names") is not None:
         chosen, to_run = list(prev["sample_names"]), prev["live_survivors"]  # e.g. an updated sample
     elif upd is not None:
         seed = upd["sample_seed"] if upd["sample_seed"] is not None else seed
@@ -548,7 +561,11 @@ def run(
         "errored": errored,
         "tests": tests,
         "seconds": round(elapsed + (prev["seconds"] if prev else 0.0), 1),
-        "updated_functions": changed if upd is not None else (prev or {}).get("updated_functions"),
+        "updated_functions": changed
+        if upd is not None
+        else None
+        if replay is not None
+        else (prev or {}).get("updated_functions"),
         "mutmut": "3.8.1",
         "killed_names": killed,
         "function_sha256": hashes,
@@ -667,6 +684,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="record the sample and context hash in results that predate --update (module unchanged)",
     )
+    p.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run every mutant of the last run's recorded sample again (e.g. after --update, to confirm it)",
+    )
     args = p.parse_args(argv)
     if args.stamp:
         for m in args.modules or list(TESTS):
@@ -693,6 +715,7 @@ def main(argv: list[str] | None = None) -> int:
             children=args.children,
             survivors=args.survivors,
             update=args.update,
+            rerun=args.rerun,
         )
         live += len(doc["live_survivors"]) + len(doc["errored"])
     return 1 if live else 0
