@@ -543,6 +543,10 @@ def run(
     ratio = len(killed) / denom if denom else None
     lo, hi = clopper_pearson(len(killed), denom)
     full = len(chosen) == len(names)
+    # which functions an --update re-ran; a whole rerun clears it; --survivors keeps the run's
+    updated = (
+        changed if upd is not None else None if replay is not None else (prev or {}).get("updated_functions")
+    )
     doc: dict[str, Any] = {
         "module": PATHS[module],
         # of the copy that was mutated (the checkout may have changed during the run)
@@ -561,11 +565,7 @@ def run(
         "errored": errored,
         "tests": tests,
         "seconds": round(elapsed + (prev["seconds"] if prev else 0.0), 1),
-        "updated_functions": changed
-        if upd is not None
-        else None
-        if replay is not None
-        else (prev or {}).get("updated_functions"),
+        "updated_functions": updated,
         "mutmut": "3.8.1",
         "killed_names": killed,
         "function_sha256": hashes,

@@ -9,7 +9,6 @@ function that wires them into a :class:`~attnsvm.harness.experiments.FamilyResul
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -162,11 +161,6 @@ class _SVMCache:
                 self.cache[key] = None
                 self.infeasible += 1
         return self.cache[key]
-
-
-def _shrink(halfway: float, final: float) -> float:
-    """How many times the median gap fell from ``halfway`` to ``final`` (``inf`` if it reached 0)."""
-    return halfway / final if final > 0 else math.inf
 
 
 #: Every Frobenius method ends with the exact active-set step and is certified to this

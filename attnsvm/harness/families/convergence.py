@@ -41,7 +41,6 @@ from ._common import (
     IntArray,
     _fmt,
     _quantiles,
-    _shrink,
     _SVMCache,
     check_severity,
     family_result,
@@ -156,7 +155,8 @@ class ConvergenceRate:
     @property
     def shrink(self) -> float:
         """How many times the median gap fell over the fitted second half (``inf`` if it reached 0)."""
-        return _shrink(self.median_gap_halfway, self.median_final_gap)
+        final = self.median_final_gap
+        return self.median_gap_halfway / final if final > 0 else math.inf
 
 
 @dataclass(frozen=True)
