@@ -51,7 +51,7 @@ from ..model._grad import (
     normalized_risk_grad_of,
     risk_of,
 )
-from ..model._instance import Instance, as_real_array
+from ..model._instance import Instance, as_real_array, require_unmasked
 from ..model._losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
 from ..scaling import (
     FLOAT_MAX,
@@ -610,6 +610,7 @@ def run_gd(
     is one-hot far beyond float64), or when the token values ``vᵀx_it`` are not normal doubles.
     Each step rounds to ``≲ eps`` normwise; the direction as :func:`attnsvm.model._grad.normalized_risk_grad`.
     """
+    require_unmasked(inst, "attnsvm.gd.run_gd")
     inst = _check_inst(inst)
     steps = check_steps(steps)
     lr = check_lr(lr)
@@ -798,6 +799,7 @@ def _stack_instances(instances: Sequence[Instance], *, rescale: bool = False) ->
     for i, it in enumerate(items):
         if not isinstance(it, Instance):
             raise AttnSVMError(f"instances[{i}] is a {type(it).__name__}, not an attnsvm Instance")
+        require_unmasked(it, f"attnsvm.gd.run_gd_batch (instances[{i}])")
     shape = items[0].shape
     for i, it in enumerate(items):
         if it.shape != shape:
@@ -1888,6 +1890,7 @@ def regularization_path(
     ``W_R·2^−(a+b)``; the largest radius must keep the logits below ``1.8e308/(4d²)`` and the
     smallest must be a normal double (else :class:`~attnsvm.NumericalError`, before any work).
     """
+    require_unmasked(inst, "attnsvm.gd.regularization_path")
     inst = _check_inst(inst)
     R_all = as_real_array(radii, "radii", ndim=1)
     if R_all.size == 0 or np.any(R_all <= 0) or np.any(np.diff(R_all) <= 0):
@@ -2022,6 +2025,7 @@ def run_gd_kq(
     factors scaled to order one; raises :class:`~attnsvm.NumericalError` when its largest entry
     (or the nuclear norm) is not a normal double, or the logits overflow as in :func:`run_gd`.
     """
+    require_unmasked(inst, "attnsvm.gd.run_gd_kq")
     inst = _check_inst(inst)
     steps = check_steps(steps)
     lr = check_lr(lr)

@@ -77,7 +77,7 @@ import scipy.sparse.linalg
 from numpy.typing import ArrayLike, NDArray
 
 from ..errors import InvalidInstanceError, SolverError
-from ..model._instance import Instance
+from ..model._instance import Instance, require_unmasked
 from ..model._tensor import SVMConstraints
 from ._solve import (
     CERTIFY_RTOL,
@@ -495,6 +495,7 @@ def solve_svm_working_set(
       SolverError: ``max_working_set`` would be exceeded, or the solution is not finite.
       InvalidInstanceError: bad ``inst``, ``alpha``, ``chunk`` or ``max_working_set``.
     """
+    require_unmasked(inst, "attnsvm.svm.solve_svm_working_set")
     t0 = time.perf_counter()
     if not isinstance(inst, Instance):
         raise InvalidInstanceError(f"inst must be an attnsvm.Instance; got {type(inst).__name__}")
