@@ -246,12 +246,20 @@ class _Scaled(NamedTuple):
     v: FloatArray
     k: int
     d: int
+    #: the instance's token mask (``None``: every token takes part); ``X`` then has its masked tokens zeroed
+    mask: NDArray[np.bool_] | None = None
+
+    @property
+    def mask_kw(self) -> dict[str, Any]:
+        """``{"mask": mask}`` when there is one, else ``{}`` (the array forms' keyword, passed only then)."""
+        return {} if self.mask is None else {"mask": self.mask}
 
 
 def _rescale(inst: Instance) -> _Scaled:
     """:class:`_Scaled` of ``inst``; raises the contract's error when ``v·2^ex`` is not exact (the
     token values ``vᵀx_it`` leave the normal range)."""
-    ex, ez = pow2_exponent(inst.X), pow2_exponent(inst.z)
+    # Instance.keys: X with its masked tokens zeroed (X itself without a mask), so they set no scale
+    ex, ez = pow2_exponent(inst.keys), pow2_exponent(inst.z)
     with np.errstate(over="ignore"):
         v2 = ldexp_scale(inst.v, -ex)
         exact = bool(np.all(np.isfinite(v2))) and bool(np.array_equal(ldexp_scale(v2, ex), inst.v))
@@ -266,7 +274,9 @@ def _rescale(inst: Instance) -> _Scaled:
             log_val,
             remedy="Rescale v or X so that the token values vᵀx_it are normal doubles",
         )
-    return _Scaled(ldexp_scale(inst.X, ex), inst.Y, ldexp_scale(inst.z, ez), v2, ex + ez, inst.d)
+    return _Scaled(
+        ldexp_scale(inst.keys, ex), inst.Y, ldexp_scale(inst.z, ez), v2, ex + ez, inst.d, inst.mask
+    )
 
 
 #: Largest ``max|W'|`` (``W' = W·2^k``, data entries ≤ 1) whose logits and their differences
@@ -492,7 +502,7 @@ def _loss_name(lo: Any) -> str:
 
 def _direction(sc: _Scaled, W: FloatArray, lo: Any) -> GradDirection:
     """Unit direction of ``∇L(W)`` and ``log||∇L(W)||`` from the rescaled data (``∇_W L = 2^k ∇_{W'} L``)."""
-    gd = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo)
+    gd = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo, **sc.mask_kw)
     return GradDirection(gd.direction, gd.log_norm + sc.k * _LN2)
 
 
@@ -505,9 +515,9 @@ def _is_stationary_error(exc: NumericalError) -> bool:
 def _log10_grad_norm(sc: _Scaled, W: FloatArray, lo: Any) -> float:
     Ws = _to_logit_scale(sc, W)
     try:
-        return (normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Ws, lo).log_norm + sc.k * _LN2) / math.log(
-            10.0
-        )
+        return (
+            normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Ws, lo, **sc.mask_kw).log_norm + sc.k * _LN2
+        ) / math.log(10.0)
     except NumericalError as exc:
         if not _is_stationary_error(exc):
             raise
@@ -518,14 +528,14 @@ def _make_record(
     sc: _Scaled, W: FloatArray, lo: Any, step: int, ref: FloatArray | None, log10_g: float, keep: bool
 ) -> GDRecord:
     Ws = _to_logit_scale(sc, W)  # logits and risk from the rescaled data: nothing overflows
-    tokens = np.argmax(logits_of(sc.X, sc.z, Ws), axis=1).astype(np.intp)
+    tokens = np.argmax(logits_of(sc.X, sc.z, Ws, **sc.mask_kw), axis=1).astype(np.intp)  # masked: −inf
     nonzero = bool(np.any(W != 0))
     corr = direction_corr(W, ref) if ref is not None and nonzero else math.nan
     gap = direction_gap(W, ref) if ref is not None and nonzero else math.nan
     return GDRecord(
         step=int(step),
         norm=_fro(W),
-        risk=risk_of(sc.X, sc.Y, sc.z, sc.v, Ws, lo),
+        risk=risk_of(sc.X, sc.Y, sc.z, sc.v, Ws, lo, **sc.mask_kw),
         tokens=tokens,
         corr=corr,
         gap=gap,
@@ -609,8 +619,10 @@ def run_gd(
     the normal range [2.2e-308, 1.8e308], when the logits would exceed ``1.8e308/(4d²)`` (the softmax
     is one-hot far beyond float64), or when the token values ``vᵀx_it`` are not normal doubles.
     Each step rounds to ``≲ eps`` normwise; the direction as :func:`attnsvm.model._grad.normalized_risk_grad`.
+
+    Token masks (:attr:`Instance.mask`): supported; masked tokens take no part in the risk, the gradient or
+    the recorded tokens (``tokens`` are indices into the full sequence, never a masked one).
     """
-    require_unmasked(inst, "attnsvm.gd.run_gd")
     inst = _check_inst(inst)
     steps = check_steps(steps)
     lr = check_lr(lr)
@@ -663,7 +675,9 @@ def run_gd(
                 # W' = W·2^k (data of order one), from the log-domain direction: its size is exact
                 # even where it leaves the normal range, and nothing here depends on the data's scale.
                 try:
-                    g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo)
+                    g_dir = normalized_risk_grad_of(
+                        sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo, **sc.mask_kw
+                    )
                 except NumericalError as exc:
                     if not _is_stationary_error(exc):
                         raise NumericalError(f"plain GD at step {t}: {exc}") from exc
