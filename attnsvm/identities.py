@@ -1261,9 +1261,9 @@ def _s2s_sym(loss: str, causal: bool, n: int, T: int, d: int) -> tuple[Any, ...]
     Lf = sp.Integer(0)
     G = sp.zeros(d, d)
     for r in range(N):
-        lg = [(Xf[r][t, :] * W * Zf[r])[0, 0] for t in range(T)]
-        den = sum((Mf[r][t] * PosExp(lg[t]) for t in range(T)), sp.Integer(0))
-        s = [Mf[r][t] * PosExp(lg[t]) / den for t in range(T)]
+        lf = [(Xf[r][t, :] * W * Zf[r])[0, 0] for t in range(T)]
+        den = sum((Mf[r][t] * PosExp(lf[t]) for t in range(T)), sp.Integer(0))
+        s = [Mf[r][t] * PosExp(lf[t]) / den for t in range(T)]
         a = [(Xf[r][t, :] * v)[0, 0] for t in range(T)]
         f = sum((s[t] * a[t] for t in range(T)), sp.Integer(0))
         ell, dl = _loss_sym(loss, Yf[r] * f)
