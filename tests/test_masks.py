@@ -330,8 +330,20 @@ def test_solve_svm_without_constraints_is_refused() -> None:
     X = np.random.default_rng(0).standard_normal((2, 3, 2))
     inst = Instance(X, [1, -1], [1.0, 0.0], np.ones((2, 2)), mask=np.eye(2, 3, dtype=bool))
     assert svm_rows(inst).shape == (0, 4) and svm_gram(inst).shape == (0, 0)
-    with pytest.raises(AttnSVMError, match="no constraint"):
-        A.solve_svm(inst)
+    for solve in (A.solve_svm, A.solve_svm_working_set):
+        with pytest.raises(AttnSVMError, match="no constraint"):
+            solve(inst)
+
+
+@pytest.mark.parametrize("ones", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_working_set_solver_on_masked_instances(seed: int, ones: bool) -> None:
+    """The working-set solver (chunks of 2 rows) and the dense dual agree on masked instances, single-token
+    sequences included; both certify (each to 1e-9 relative, hence SVM_RTOL)."""
+    inst, _ = _masked(seed, n=5, T=5, d=6, ones=ones)
+    a, b = A.solve_svm(inst), A.solve_svm_working_set(inst, chunk=2)
+    assert a.certified and b.certified
+    assert np.linalg.norm(a.W - b.W) <= SVM_RTOL * np.linalg.norm(a.W)
 
 
 def test_ties_only_among_allowed_tokens() -> None:
@@ -412,7 +424,6 @@ def test_masked_alpha_is_refused() -> None:
         lambda inst: A.run_gd_kq(inst, 2, 0.1),
         lambda inst: A.run_gd_batch([inst], 2, 0.1),
         lambda inst: A.lipschitz_bound(inst),
-        lambda inst: A.solve_svm_working_set(inst),
         lambda inst: A.peers.solve_lp_svm(inst, 3.0),
         lambda inst: A.strategies.scaled(inst, 1, 1, 1),
     ],

@@ -931,6 +931,15 @@ def _pairs_of(c: SVMConstraints, rows: IntArray) -> Pairs:
     return tuple((int(c.pairs[r, 0]), int(c.pairs[r, 1])) for r in rows)
 
 
+def _require_rows(pairs: IntArray) -> None:
+    """Refuse an Att-SVM without any constraint (a mask that leaves every sequence one token)."""
+    if not pairs.size:
+        raise AttnSVMError(
+            "Att-SVM(alpha) has no constraint: the mask leaves every sequence one allowed token, so "
+            "W_mm = 0 and its direction is undefined. Allow at least two tokens in some sequence."
+        )
+
+
 def _check_trivially_infeasible(inst: Instance, pairs: IntArray, a: IntArray) -> None:
     """Zero queries and tokens equal to the selected one make a constraint read ``0 ≥ 1``."""
     # only sequences with a constraint (with a mask, a sequence with one allowed token has none)
@@ -1427,11 +1436,7 @@ def solve_svm(
             "||W||_F); use method='primal' or 'auto' with norm='nuc'."
         )
     pairs, a = _pairs_alpha(inst, alpha)
-    if not pairs.size:
-        raise AttnSVMError(
-            "Att-SVM(alpha) has no constraint: the mask leaves every sequence one allowed token, so "
-            "W_mm = 0 and its direction is undefined. Allow at least two tokens in some sequence."
-        )
+    _require_rows(pairs)
     _check_trivially_infeasible(inst, pairs, a)
     # Every method solves the exact unit-row reformulation (rows divided by ||Δ_it||·||z_i||, kept as
     # mantissa·2^E) and puts the scale back as a power of two: see _UnitSVM. Nothing overflows or

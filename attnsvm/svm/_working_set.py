@@ -77,7 +77,7 @@ import scipy.sparse.linalg
 from numpy.typing import ArrayLike, NDArray
 
 from ..errors import InvalidInstanceError, SolverError
-from ..model._instance import Instance, require_unmasked
+from ..model._instance import Instance
 from ..model._tensor import SVMConstraints
 from ._solve import (
     CERTIFY_RTOL,
@@ -97,6 +97,7 @@ from ._solve import (
     _pairs_alpha,
     _pairs_of,
     _raise_infeasible,
+    _require_rows,
     _ro,
     _ro_own,
     _round_tol,
@@ -495,14 +496,14 @@ def solve_svm_working_set(
       SolverError: ``max_working_set`` would be exceeded, or the solution is not finite.
       InvalidInstanceError: bad ``inst``, ``alpha``, ``chunk`` or ``max_working_set``.
     """
-    require_unmasked(inst, "attnsvm.svm.solve_svm_working_set")
     t0 = time.perf_counter()
     if not isinstance(inst, Instance):
         raise InvalidInstanceError(f"inst must be an attnsvm.Instance; got {type(inst).__name__}")
     for name, val in (("chunk", chunk), ("max_working_set", max_working_set)):
         if val is not None and (not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1):
             raise InvalidInstanceError(f"{name} must be a positive integer or None; got {val!r}")
-    pairs, a = _pairs_alpha(inst, alpha)
+    pairs, a = _pairs_alpha(inst, alpha)  # masked tokens have no row
+    _require_rows(pairs)
     _check_trivially_infeasible(inst, pairs, a)
     # The exact unit-row reformulation of svm.py (rows ÷ ||Δ_it||·||z_i||, the scale kept as 2^E): nothing
     # of the data's size is squared or multiplied out, and the scale goes back as a power of two.
