@@ -310,6 +310,9 @@ def test_solve_svm_equals_deleted_problem(seed: int) -> None:
         sm, sd = A.solve_svm(inst, method=method), A.solve_svm(deleted, method=method)
         assert sm.certified and sd.certified
         assert np.linalg.norm(sm.W - sd.W) <= SVM_RTOL * np.linalg.norm(sd.W)
+    # nuclear norm (an SDP): the same conic problem, so the two agree to both error bounds
+    nm, nd = A.solve_svm(inst, norm="nuc"), A.solve_svm(deleted, norm="nuc")
+    assert np.linalg.norm(nm.W - nd.W) <= (nm.error_bound + nd.error_bound) * np.linalg.norm(nd.W)
     rm, rd = A.local_optimality_report(inst), A.local_optimality_report(deleted)
     assert rm.locally_optimal == rd.locally_optimal
     assert set(rm.support) == {(i, int(idx[i, t])) for i, t in rd.support}
