@@ -424,7 +424,6 @@ def test_masked_alpha_is_refused() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda inst: A.run_gd_kq(inst, 2, 0.1),
         lambda inst: A.run_gd_batch([inst], 2, 0.1),
         lambda inst: A.lipschitz_bound(inst),
         lambda inst: A.peers.solve_lp_svm(inst, 3.0),
@@ -617,3 +616,24 @@ def test_run_gd_on_causal_sequences_selects_allowed_tokens() -> None:
     for r in tr.record:
         assert np.all(r.tokens <= k)
     assert tr.record[-1].risk < tr.record[0].risk
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_regularization_path_and_kq_on_masked_equal_deleted(seed: int) -> None:
+    """The other single-instance engines read the mask the same way (GD_RTOL as for run_gd)."""
+    rng = np.random.default_rng(seed)
+    n, T, d, keep = 3, 5, 4, 3
+    base = random_instance(n, T, d, seed)
+    mask = np.zeros((n, T), dtype=bool)
+    for i in range(n):
+        mask[i, rng.choice(T, keep, replace=False)] = True
+    inst = Instance(base.X, base.Y, base.v, base.z, mask=mask)
+    deleted = Instance(base.X[mask].reshape(n, keep, d), base.Y, base.v, base.z)
+    idx = np.array([np.flatnonzero(mask[i]) for i in range(n)])
+    pm, pd = (A.regularization_path(i, [0.5, 2.0, 8.0]) for i in (inst, deleted))
+    for a, b in zip(pm.points, pd.points, strict=True):
+        assert np.linalg.norm(a.W - b.W) <= GD_RTOL * np.linalg.norm(b.W)
+        assert np.array_equal(a.tokens, idx[np.arange(n), b.tokens])
+    km, kd = (A.run_gd_kq(i, 200, 0.05) for i in (inst, deleted))
+    assert np.linalg.norm(km.W - kd.W) <= GD_RTOL * np.linalg.norm(kd.W)
+    assert np.array_equal(km.final_tokens, idx[np.arange(n), kd.final_tokens])

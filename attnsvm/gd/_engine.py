@@ -1903,8 +1903,9 @@ def regularization_path(
     Scale: as :func:`run_gd`: radii ``R·2^−(a+b)`` on ``X·2^a``, ``z·2^b``, ``v·2^−a`` give exactly
     ``W_R·2^−(a+b)``; the largest radius must keep the logits below ``1.8e308/(4d²)`` and the
     smallest must be a normal double (else :class:`~attnsvm.NumericalError`, before any work).
+
+    Token masks (:attr:`Instance.mask`): supported, as in :func:`run_gd`.
     """
-    require_unmasked(inst, "attnsvm.gd.regularization_path")
     inst = _check_inst(inst)
     R_all = as_real_array(radii, "radii", ndim=1)
     if R_all.size == 0 or np.any(R_all <= 0) or np.any(np.diff(R_all) <= 0):
@@ -1932,7 +1933,7 @@ def regularization_path(
     steps = projected_path(
         W,
         R_all,
-        lambda Wc: risk_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, Wc), lo),
+        lambda Wc: risk_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, Wc), lo, **sc.mask_kw),
         lambda Wc: _direction(sc, Wc, lo),
         max_steps,
         lr,
@@ -1949,7 +1950,9 @@ def regularization_path(
                 W=W,
                 norm=nrm,
                 risk=st.risk,
-                tokens=np.argmax(logits_of(sc.X, sc.z, _to_logit_scale(sc, W)), axis=1).astype(np.intp),
+                tokens=np.argmax(logits_of(sc.X, sc.z, _to_logit_scale(sc, W), **sc.mask_kw), axis=1).astype(
+                    np.intp
+                ),
                 corr=direction_corr(W, ref) if ref is not None else math.nan,
                 gap=direction_gap(W, ref) if ref is not None else math.nan,
                 kkt_residual=st.residual if on_sphere else math.nan,
@@ -2038,8 +2041,9 @@ def run_gd_kq(
     ``2^−(a+b)/2`` (normalized): the factors scale exactly. ``W = KQᵀ`` is formed from the
     factors scaled to order one; raises :class:`~attnsvm.NumericalError` when its largest entry
     (or the nuclear norm) is not a normal double, or the logits overflow as in :func:`run_gd`.
+
+    Token masks (:attr:`Instance.mask`): supported, as in :func:`run_gd`.
     """
-    require_unmasked(inst, "attnsvm.gd.run_gd_kq")
     inst = _check_inst(inst)
     steps = check_steps(steps)
     lr = check_lr(lr)
@@ -2086,7 +2090,7 @@ def run_gd_kq(
         if t > 0:
             _, Wp = product(t - 1)
             try:
-                g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Wp, lo)
+                g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Wp, lo, **sc.mask_kw)
             except NumericalError as exc:
                 if normalized or not _is_stationary_error(exc):
                     raise NumericalError(
