@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # torch is imported where it is used: `import attnsvm` stays 
 from ._deps import require
 from .errors import AttnSVMError, NumericalError, unknown_name
 from .model._attention import KINDS
-from .model._instance import Instance
+from .model._instance import Instance, require_unmasked
 from .scaling import FLOAT_MAX, FLOAT_TINY, check_log_representable, pow2_exponent, range_error
 
 __all__ = [
@@ -102,6 +102,7 @@ def bound_rounding_rtol(inst: Instance) -> float:
     square root (the root halves a relative error) gives ``rtol = (8m + m(2d + 2))·eps`` with
     ``m = nT``; the factors ``κ_i`` (a handful of correctly-rounded operations) are covered by it.
     """
+    require_unmasked(inst, "attnsvm.lipschitz.bound_rounding_rtol")
     m = inst.n * inst.T
     return float((8 * m + m * (2 * inst.d + 2)) * _EPS)
 
@@ -278,6 +279,7 @@ def logit_gram(inst: Instance) -> FloatArray:
     Returns:
       ``G``, shape ``(n·T, n·T)``, rows ordered by sequence then token.
     """
+    require_unmasked(inst, "attnsvm.lipschitz.logit_gram")
     sp = _Split(inst)
     M, E = _kron_gram(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones)
     if not np.any(M):
@@ -306,6 +308,7 @@ def logit_norm(inst: Instance) -> float:
     Returns:
       ``||𝓛||₂ ≥ 0`` (a float).
     """
+    require_unmasked(inst, "attnsvm.lipschitz.logit_norm")
     sp = _Split(inst)
     m, e = _kron_norm(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones)
     if m == 0.0:
@@ -528,6 +531,7 @@ def lipschitz_bound(
     Raises:
       NumericalError: the bound (``value`` or ``nominal``) is outside ``[2.2e-308, 1.8e308]``.
     """
+    require_unmasked(inst, "attnsvm.lipschitz.lipschitz_bound")
     _check_common(kind, of, wrt)
     R = _check_radius(radius)
     n, T, d = inst.shape
@@ -723,6 +727,7 @@ def lipschitz_estimate(
         coincide). A point whose Jacobian is below that level (saturated: two tied tokens at huge
         logits) is passed over for the next largest one that resolves.
     """
+    require_unmasked(inst, "attnsvm.lipschitz.lipschitz_estimate")
     require("torch", feature="lipschitz_estimate")  # pragma: no mutate
     import torch
 
@@ -929,6 +934,7 @@ def jacobian_norm(inst: Instance, W: ArrayLike, kind: str = "softmax", of: str =
       NumericalError: the value is outside ``[2.2e-308, 1.8e308]``; ``W`` on a sequence's scale (the
         logits) overflows; or the value is below the rounding level of its computation.
     """
+    require_unmasked(inst, "attnsvm.lipschitz.jacobian_norm")
     _check_common(kind, of, "W")
     Wa = inst.check_weights(W)
     # Structural zero is decided on the ORIGINAL data (on rescaled data an underflowed sequence looks

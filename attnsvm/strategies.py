@@ -102,7 +102,7 @@ from numpy.typing import NDArray
 from scipy.special import ndtri
 
 from .errors import InvalidInstanceError, unknown_name
-from .model._instance import Instance
+from .model._instance import Instance, require_unmasked
 
 __all__ = [
     "INSTANCE_FAMILIES",
@@ -439,6 +439,7 @@ def feasible_instances(
 @st.composite
 def token_choices(draw: Any, inst: Instance) -> NDArray[np.intp]:
     """A token choice α for ``inst``: one index in ``[0, T)`` per sequence, shape ``(n,)``."""
+    require_unmasked(inst, "attnsvm.strategies.token_choices")
     return np.array(draw(hnp.arrays(np.intp, (inst.n,), elements=st.integers(0, inst.T - 1))), dtype=np.intp)
 
 
@@ -491,6 +492,7 @@ def log_runner_up_weight(inst: Instance, W: Any) -> float:
 
     Computed in log form (log-sum-exp), so it is exact far below the float64 range.
     """
+    require_unmasked(inst, "attnsvm.strategies.log_runner_up_weight")
     L = np.einsum("ntk,kj,nj->nt", inst.X, np.asarray(W, dtype=np.float64), inst.z)
     Ls = -np.sort(-L, axis=1)
     i = int(np.argmax(Ls[:, 0] - Ls[:, 1]))
@@ -533,6 +535,7 @@ def saturated_weights(
     logit magnitude ``Σ_kj |x_k W_kj z_j|`` stays ≤ ``LOGIT_CAP = 1e300`` (then ``ρ`` is not
     reached).
     """
+    require_unmasked(inst, "attnsvm.strategies.saturated_weights")
     if (runner_up is None) == (log_runner_up is None):
         raise InvalidInstanceError("give exactly one of runner_up=(lo, hi) and log_runner_up=(lo, hi)")
     if runner_up is not None:
@@ -630,6 +633,7 @@ def exponent_range(*arrays: Any, headroom_bits: int = 0) -> tuple[int, int]:
 
 def scaled(inst: Instance, jx: int = 0, jz: int = 0, jv: int = 0) -> Instance:
     """``inst`` with ``X → 2^jx X``, ``z → 2^jz z``, ``v → 2^jv v`` (self-attention: ``jz`` must be ``jx``)."""
+    require_unmasked(inst, "attnsvm.strategies.scaled")
     X = np.ldexp(inst.X, jx)
     v = np.ldexp(inst.v, jv)
     if inst.self_attention:

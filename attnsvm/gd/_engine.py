@@ -51,7 +51,7 @@ from ..model._grad import (
     normalized_risk_grad_of,
     risk_of,
 )
-from ..model._instance import Instance, as_real_array
+from ..model._instance import Instance, as_real_array, require_unmasked
 from ..model._losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
 from ..scaling import (
     FLOAT_MAX,
@@ -246,12 +246,20 @@ class _Scaled(NamedTuple):
     v: FloatArray
     k: int
     d: int
+    #: the instance's token mask (``None``: every token takes part); ``X`` then has its masked tokens zeroed
+    mask: NDArray[np.bool_] | None = None
+
+    @property
+    def mask_kw(self) -> dict[str, Any]:
+        """``{"mask": mask}`` when there is one, else ``{}`` (the array forms' keyword, passed only then)."""
+        return {} if self.mask is None else {"mask": self.mask}
 
 
 def _rescale(inst: Instance) -> _Scaled:
     """:class:`_Scaled` of ``inst``; raises the contract's error when ``v·2^ex`` is not exact (the
     token values ``vᵀx_it`` leave the normal range)."""
-    ex, ez = pow2_exponent(inst.X), pow2_exponent(inst.z)
+    # Instance.keys: X with its masked tokens zeroed (X itself without a mask), so they set no scale
+    ex, ez = pow2_exponent(inst.keys), pow2_exponent(inst.z)
     with np.errstate(over="ignore"):
         v2 = ldexp_scale(inst.v, -ex)
         exact = bool(np.all(np.isfinite(v2))) and bool(np.array_equal(ldexp_scale(v2, ex), inst.v))
@@ -266,7 +274,9 @@ def _rescale(inst: Instance) -> _Scaled:
             log_val,
             remedy="Rescale v or X so that the token values vᵀx_it are normal doubles",
         )
-    return _Scaled(ldexp_scale(inst.X, ex), inst.Y, ldexp_scale(inst.z, ez), v2, ex + ez, inst.d)
+    return _Scaled(
+        ldexp_scale(inst.keys, ex), inst.Y, ldexp_scale(inst.z, ez), v2, ex + ez, inst.d, inst.mask
+    )
 
 
 #: Largest ``max|W'|`` (``W' = W·2^k``, data entries ≤ 1) whose logits and their differences
@@ -492,7 +502,7 @@ def _loss_name(lo: Any) -> str:
 
 def _direction(sc: _Scaled, W: FloatArray, lo: Any) -> GradDirection:
     """Unit direction of ``∇L(W)`` and ``log||∇L(W)||`` from the rescaled data (``∇_W L = 2^k ∇_{W'} L``)."""
-    gd = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo)
+    gd = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo, **sc.mask_kw)
     return GradDirection(gd.direction, gd.log_norm + sc.k * _LN2)
 
 
@@ -505,9 +515,9 @@ def _is_stationary_error(exc: NumericalError) -> bool:
 def _log10_grad_norm(sc: _Scaled, W: FloatArray, lo: Any) -> float:
     Ws = _to_logit_scale(sc, W)
     try:
-        return (normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Ws, lo).log_norm + sc.k * _LN2) / math.log(
-            10.0
-        )
+        return (
+            normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Ws, lo, **sc.mask_kw).log_norm + sc.k * _LN2
+        ) / math.log(10.0)
     except NumericalError as exc:
         if not _is_stationary_error(exc):
             raise
@@ -518,14 +528,14 @@ def _make_record(
     sc: _Scaled, W: FloatArray, lo: Any, step: int, ref: FloatArray | None, log10_g: float, keep: bool
 ) -> GDRecord:
     Ws = _to_logit_scale(sc, W)  # logits and risk from the rescaled data: nothing overflows
-    tokens = np.argmax(logits_of(sc.X, sc.z, Ws), axis=1).astype(np.intp)
+    tokens = np.argmax(logits_of(sc.X, sc.z, Ws, **sc.mask_kw), axis=1).astype(np.intp)  # masked: −inf
     nonzero = bool(np.any(W != 0))
     corr = direction_corr(W, ref) if ref is not None and nonzero else math.nan
     gap = direction_gap(W, ref) if ref is not None and nonzero else math.nan
     return GDRecord(
         step=int(step),
         norm=_fro(W),
-        risk=risk_of(sc.X, sc.Y, sc.z, sc.v, Ws, lo),
+        risk=risk_of(sc.X, sc.Y, sc.z, sc.v, Ws, lo, **sc.mask_kw),
         tokens=tokens,
         corr=corr,
         gap=gap,
@@ -609,6 +619,9 @@ def run_gd(
     the normal range [2.2e-308, 1.8e308], when the logits would exceed ``1.8e308/(4d²)`` (the softmax
     is one-hot far beyond float64), or when the token values ``vᵀx_it`` are not normal doubles.
     Each step rounds to ``≲ eps`` normwise; the direction as :func:`attnsvm.model._grad.normalized_risk_grad`.
+
+    Token masks (:attr:`Instance.mask`): supported; masked tokens take no part in the risk, the gradient or
+    the recorded tokens (``tokens`` are indices into the full sequence, never a masked one).
     """
     inst = _check_inst(inst)
     steps = check_steps(steps)
@@ -662,7 +675,9 @@ def run_gd(
                 # W' = W·2^k (data of order one), from the log-domain direction: its size is exact
                 # even where it leaves the normal range, and nothing here depends on the data's scale.
                 try:
-                    g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo)
+                    g_dir = normalized_risk_grad_of(
+                        sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo, **sc.mask_kw
+                    )
                 except NumericalError as exc:
                     if not _is_stationary_error(exc):
                         raise NumericalError(f"plain GD at step {t}: {exc}") from exc
@@ -798,6 +813,7 @@ def _stack_instances(instances: Sequence[Instance], *, rescale: bool = False) ->
     for i, it in enumerate(items):
         if not isinstance(it, Instance):
             raise AttnSVMError(f"instances[{i}] is a {type(it).__name__}, not an attnsvm Instance")
+        require_unmasked(it, f"attnsvm.gd.run_gd_batch (instances[{i}])")
     shape = items[0].shape
     for i, it in enumerate(items):
         if it.shape != shape:
@@ -1887,6 +1903,8 @@ def regularization_path(
     Scale: as :func:`run_gd`: radii ``R·2^−(a+b)`` on ``X·2^a``, ``z·2^b``, ``v·2^−a`` give exactly
     ``W_R·2^−(a+b)``; the largest radius must keep the logits below ``1.8e308/(4d²)`` and the
     smallest must be a normal double (else :class:`~attnsvm.NumericalError`, before any work).
+
+    Token masks (:attr:`Instance.mask`): supported, as in :func:`run_gd`.
     """
     inst = _check_inst(inst)
     R_all = as_real_array(radii, "radii", ndim=1)
@@ -1915,7 +1933,7 @@ def regularization_path(
     steps = projected_path(
         W,
         R_all,
-        lambda Wc: risk_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, Wc), lo),
+        lambda Wc: risk_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, Wc), lo, **sc.mask_kw),
         lambda Wc: _direction(sc, Wc, lo),
         max_steps,
         lr,
@@ -1941,7 +1959,9 @@ def regularization_path(
                 W=W,
                 norm=nrm,
                 risk=st.risk,
-                tokens=np.argmax(logits_of(sc.X, sc.z, _to_logit_scale(sc, W)), axis=1).astype(np.intp),
+                tokens=np.argmax(logits_of(sc.X, sc.z, _to_logit_scale(sc, W), **sc.mask_kw), axis=1).astype(
+                    np.intp
+                ),
                 corr=direction_corr(W, ref) if ref is not None else math.nan,
                 gap=direction_gap(W, ref) if ref is not None else math.nan,
                 kkt_residual=st.residual if on_sphere else math.nan,
@@ -2030,6 +2050,8 @@ def run_gd_kq(
     ``2^−(a+b)/2`` (normalized): the factors scale exactly. ``W = KQᵀ`` is formed from the
     factors scaled to order one; raises :class:`~attnsvm.NumericalError` when its largest entry
     (or the nuclear norm) is not a normal double, or the logits overflow as in :func:`run_gd`.
+
+    Token masks (:attr:`Instance.mask`): supported, as in :func:`run_gd`.
     """
     inst = _check_inst(inst)
     steps = check_steps(steps)
@@ -2077,7 +2099,7 @@ def run_gd_kq(
         if t > 0:
             _, Wp = product(t - 1)
             try:
-                g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Wp, lo)
+                g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Wp, lo, **sc.mask_kw)
             except NumericalError as exc:
                 if normalized or not _is_stationary_error(exc):
                     raise NumericalError(

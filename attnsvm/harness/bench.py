@@ -63,6 +63,8 @@ from typing import Any
 
 import numpy as np
 
+from ..model._instance import require_unmasked
+
 __all__ = [
     "SVM_FULL",
     "SVM_QUICK",
@@ -437,6 +439,7 @@ def lean_autograd_loop(inst: Any, lr: float = 0.1) -> tuple[Callable[[], None], 
     its norm, ``torch.optim.SGD``. ``W`` (a leaf tensor, ``requires_grad``) is updated in place
     by each ``step()`` call, from zeros.
     """
+    require_unmasked(inst, "attnsvm.harness.bench.lean_autograd_loop")
     import torch
 
     X = torch.tensor(inst.X)
@@ -471,6 +474,7 @@ def published_autograd_loop(inst: Any, lr: float = 0.1) -> tuple[Callable[[], No
     also do. The ``+1e-12`` makes its steps shorter than normalized GD's by a relative
     ``1e-12/||∇L||``.
     """
+    require_unmasked(inst, "attnsvm.harness.bench.published_autograd_loop")
     import torch
 
     class WAttention(torch.nn.Module):
@@ -513,11 +517,13 @@ def _loop_rate(step: Callable[[], None], steps: int, warmup: int) -> float:
 
 def autograd_loop_rate(inst: Any, steps: int, lr: float = 0.1, warmup: int = 20) -> float:
     """Instance-steps/s of :func:`lean_autograd_loop` (the headline baseline)."""
+    require_unmasked(inst, "attnsvm.harness.bench.autograd_loop_rate")
     return _loop_rate(lean_autograd_loop(inst, lr)[0], steps, warmup)
 
 
 def published_loop_rate(inst: Any, steps: int, lr: float = 0.1, warmup: int = 20) -> float:
     """Instance-steps/s of :func:`published_autograd_loop`."""
+    require_unmasked(inst, "attnsvm.harness.bench.published_loop_rate")
     return _loop_rate(published_autograd_loop(inst, lr)[0], steps, warmup)
 
 

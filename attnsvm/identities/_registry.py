@@ -21,6 +21,7 @@ from ._jacobians import (
 )
 from ._regression import _ck_sr, _ck_sr_matrix, _ob_sr_df, _ob_sr_du, _ob_sr_grad, _ob_sr_hess, _ob_sr_matrix
 from ._risk import _ck_loss, _ck_risk, _ob_loss, _ob_risk
+from ._seq2seq import _ck_s2s, _ob_s2s
 from ._softmax import (
     _ck_centring,
     _ck_gershgorin,
@@ -272,6 +273,26 @@ CLAIMS: tuple[Claim, ...] = (
             quick=name == "logistic",
         )
         for name in ("logistic", "exponential", "correlation")
+    ),
+    *(
+        Claim(
+            name=f"seq2seq_flattening_{'causal' if causal else 'full'}",
+            group=_RISK,
+            statement=(
+                "the sequence-to-sequence risk (1/(nT)) Σ_ik ℓ(Y_ik f_ik), f_ik = Σ_{t∈A_k} s_ikt vᵀx_it over "
+                + ("A_k = {t ≤ k} (causal)" if causal else "every t")
+                + ", and its gradient ∂/∂W equal the risk and the masked ∇L formula of the flattened instance "
+                "(row i·T + k: tokens X_i, query x_ik, label Y_ik, mask [t ∈ A_k]; Instance.from_sequences), "
+                "symbolic X, v, Y, W (logistic loss)"
+            ),
+            sizes=((1, 2, 2), (1, 3, 2), (2, 2, 2)),
+            size_names="n,T,d",
+            obligations=_ob_s2s("logistic", causal),
+            check=_ck_s2s("logistic", causal),
+            justification=_EVAL + "; " + _FD,
+            quick=False,
+        )
+        for causal in (False, True)
     ),
     Claim(
         name="softreg_du",

@@ -9,6 +9,11 @@ Kinds (all act on the same logits ``l_i ∈ R^T`` of sequence ``i``):
 
 The output of sequence ``i`` is ``f_i = Σ_t s_it vᵀx_it``.
 
+Masks (:attr:`Instance.mask`): a masked token's logit is ``−inf`` (the additive-mask convention),
+so its weight is exactly 0 and its log weight ``−inf`` for every kind (``linear`` included: a ``−inf``
+logit is read as weight 0); the sums run over the allowed tokens only. Logits are computed from
+:attr:`Instance.keys` (masked tokens zeroed), so a masked token never causes an overflow.
+
 Scale (the contract of :mod:`attnsvm.scaling`). Logits and values are formed from data
 rescaled by exact powers of two (``X·2^−ex``, ``z·2^−ez``, ``W·2^−ew``, ``v·2^−ev``), so no
 intermediate product overflows or underflows; the scale is put back at the end, and a
@@ -29,7 +34,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..errors import unknown_name
 from ..scaling import FLOAT_TINY, range_error
-from ._instance import Instance, pow2_split, split_rows, values_split
+from ._instance import Instance, mask_kw, pow2_split, split_rows, values_split
 
 __all__ = [
     "KINDS",
@@ -60,22 +65,33 @@ def _check_kind(kind: str) -> str:
 
 
 def logits(inst: Instance, W: ArrayLike) -> FloatArray:
-    """Logits ``l_it = x_itᵀ W z_i``, shape ``(n, T)``.
+    """Logits ``l_it = x_itᵀ W z_i``, shape ``(n, T)``; ``−inf`` at masked tokens (:attr:`Instance.mask`).
 
     Scale: any finite data; each logit to absolute error ``≲ d²·eps·Σ|x_k W_kj z_j|`` plus
     ``d²·2^−1074·(1 + max|x_i··|·max|W|·max|z_i|)`` (products lost below the range, relative
     2^−1074 of the data's size); raises :class:`~attnsvm.NumericalError` when a logit exceeds 1.8e308.
     """
     Wa = inst.check_weights(W)
-    return logits_of(inst.X, inst.z, Wa)
+    return logits_of(inst.keys, inst.z, Wa, **mask_kw(inst))
 
 
-def logits_of(X: FloatArray, z: FloatArray, W: FloatArray) -> FloatArray:
+def logits_of(
+    X: FloatArray, z: FloatArray, W: FloatArray, *, mask: NDArray[np.bool_] | None = None
+) -> FloatArray:
     """Array form of :func:`logits` (no validation): ``einsum('ntd,de,ne->nt')``.
 
     The plain product is used when it is finite; otherwise (an intermediate ``W z`` or a logit
     overflowed) the logits are recomputed from power-of-two rescaled ``X``, ``z``, ``W``.
+    With ``mask`` (boolean ``(n, T)``, ``True`` = allowed) the masked tokens of ``X`` are read as 0
+    and their logits are ``−inf``.
     """
+    if mask is None:
+        return _logits_unmasked(X, z, W)
+    out = _logits_unmasked(np.where(mask[:, :, None], X, 0.0), z, W)
+    return np.where(mask, out, -np.inf)
+
+
+def _logits_unmasked(X: FloatArray, z: FloatArray, W: FloatArray) -> FloatArray:
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         out = np.einsum("ntd,nd->nt", X, z @ W.T)
         # The plain path is exact to d²·eps·Σ|xWz| unless an intermediate (W z_i)_k whose magnitude
@@ -118,10 +134,11 @@ def log_softmax(l: FloatArray) -> FloatArray:
     (log weights of ``−10⁶`` are returned as such, not as ``−inf``).
 
     Scale: finite ``l`` of any size; raises :class:`~attnsvm.NumericalError` when a log weight
-    is below ``−1.8e308`` (the logits of one row span more than float64's range).
+    is below ``−1.8e308`` (the logits of one row span more than float64's range). A ``−inf`` logit
+    (a masked token) gets log weight ``−inf``; each row needs a finite logit.
     """
     out = _log_softmax_raw(l)
-    if not np.all(np.isfinite(out)) and np.all(np.isfinite(l)):
+    if np.all(np.isfinite(l) | np.isneginf(l)) and np.any(~np.isfinite(out) & np.isfinite(l)):
         raise range_error(
             "an attention weight s_it (its logit is more than 1.8e308 below the row's largest)",
             -math.inf,
@@ -153,7 +170,8 @@ def log_phi(l: FloatArray) -> FloatArray:
 def log_attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray:
     """``log s_it`` for the normalised kinds ``softmax`` and ``normalized_linear``, shape ``(n, T)``.
 
-    Finite for every finite ``W``, also where ``s_it`` itself underflows to 0.
+    Finite for every finite ``W``, also where ``s_it`` itself underflows to 0, except at masked
+    tokens (:attr:`Instance.mask`), where it is ``−inf`` (``log 0``: the weight is exactly 0).
     ``linear`` weights can be negative and have no logarithm.
 
     Scale: any finite data; each log weight to absolute error ``≲ T·eps·max|l_i|``; raises
@@ -167,9 +185,10 @@ def log_attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatA
 
 
 def attention_of(l: FloatArray, kind: str) -> FloatArray:
-    """Array form of :func:`attention`, from logits ``l`` (shape ``(..., T)``)."""
+    """Array form of :func:`attention`, from logits ``l`` (shape ``(..., T)``); a ``−inf`` logit
+    (a masked token) gets weight 0 for every kind."""
     if kind == "linear":
-        return np.array(l, dtype=np.float64)
+        return np.where(np.isneginf(l), 0.0, np.asarray(l, dtype=np.float64))
     base = l if kind == "softmax" else log_phi(l)
     # Weights whose log is below −1.8e308 are 0 to absolute accuracy 2^−1074 (rows sum to 1); those
     # below −745 underflow to 0 or a subnormal, within that accuracy, whatever the caller's errstate.
@@ -186,7 +205,8 @@ def attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray
       kind: ``"softmax"``, ``"linear"`` or ``"normalized_linear"``.
 
     Returns:
-      ``s`` with ``s_i = softmax(l_i)``, ``l_i`` or ``φ(l_i)/1ᵀφ(l_i)`` by kind.
+      ``s`` with ``s_i = softmax(l_i)``, ``l_i`` or ``φ(l_i)/1ᵀφ(l_i)`` by kind, over the allowed tokens
+      of :attr:`Instance.mask`; exactly 0 at masked tokens.
 
     Scale: any finite data; normalised kinds to ``≲ T·eps·max|l_i|`` relative per weight plus
     ``2^−1074`` absolute (weights below 2.2e-308 are returned to that absolute accuracy: use
@@ -198,7 +218,7 @@ def attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray
 
 
 def output(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray:
-    """Outputs ``f_i = Σ_t s_it vᵀx_it``, shape ``(n,)``.
+    """Outputs ``f_i = Σ_t s_it vᵀx_it``, shape ``(n,)`` (the sum over the allowed tokens when masked).
 
     Scale: any finite data; ``f_i`` to absolute error ``≲ (d+T)·eps·Σ_t |s_it| Σ_k |v_k x_itk|`` plus
     the weights' own error (``2δl`` relative, :func:`logits`) and ``T·2^−1074·max_t|a_it|`` (terms
@@ -209,11 +229,11 @@ def output(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray:
     _check_kind(kind)
     l = logits(inst, W)
     if kind == "linear":
-        return output_of(l, inst.X, inst.v)
+        return output_of(attention_of(l, kind), inst.keys, inst.v)
     log_s = _log_softmax_raw(l if kind == "softmax" else log_phi(l))
     with np.errstate(under="ignore"):  # output_of uses log_s; s only where it is not tiny
         s = np.exp(log_s)
-    return output_of(s, inst.X, inst.v, log_s=log_s)
+    return output_of(s, inst.keys, inst.v, log_s=log_s)
 
 
 def output_of(s: FloatArray, X: FloatArray, v: FloatArray, *, log_s: FloatArray | None = None) -> FloatArray:

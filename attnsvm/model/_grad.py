@@ -69,7 +69,7 @@ from ..scaling import (
     range_error,
 )
 from ._attention import _log_softmax_raw, logits_of
-from ._instance import Instance, pow2_split, split_rows
+from ._instance import Instance, mask_kw, pow2_split, split_rows
 from ._losses import Loss, LossLike, _logistic_value, correlation, exponential, get_loss, logistic
 
 __all__ = [
@@ -161,13 +161,31 @@ class _Forward(NamedTuple):
     f: FloatArray
 
 
-def _forward_scaled(X: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray) -> _Forward:
+BoolArray = NDArray[np.bool_]
+
+
+def _zero_masked(X: FloatArray, mask: BoolArray | None) -> FloatArray:
+    """``X`` with the masked tokens set to 0 (``X`` itself without a mask): their values and norms are 0,
+    so they never set a scale, overflow or count as a different token; their weights are 0 from the
+    ``−inf`` logits of :func:`logits_of`."""
+    return X if mask is None else np.where(mask[:, :, None], X, 0.0)
+
+
+def _logits(X: FloatArray, z: FloatArray, W: FloatArray, mask: BoolArray | None) -> FloatArray:
+    """:func:`logits_of`, looked up at call time, with ``mask`` passed only when there is one (so that the
+    convention checks of ``symbolic/`` can substitute a three-argument ``logits_of``)."""
+    return logits_of(X, z, W) if mask is None else logits_of(X, z, W, mask=mask)
+
+
+def _forward_scaled(
+    X: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, mask: BoolArray | None = None
+) -> _Forward:
     Xs, ex = split_rows(X, 1)
     zs, ez = split_rows(z, 1)
     vs, ev = pow2_split(v)
     a, ea = Xs @ vs, ex + ev  # values_split(X, v), reusing the split of X
     amag = np.abs(Xs) @ np.abs(vs)  # Σ_k|v_k x_itk| in the same units: the values' rounding scale
-    log_s = _log_softmax_raw(logits_of(X, z, W))
+    log_s = _log_softmax_raw(_logits(X, z, W, mask))
     core = np.sum(np.exp(log_s) * a, axis=1)
     with np.errstate(over="ignore", under="ignore"):
         f = np.ldexp(core, ea)  # f_i = 2^ea_i Σ_t s_it a'_it: a value vᵀx may overflow while f does not
@@ -206,12 +224,12 @@ def _output_spread(fw: _Forward, W: FloatArray, loss: Any) -> FloatArray | None:
 
 
 def _forward(
-    X: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray
+    X: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, mask: BoolArray | None = None
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Token values ``a``, log weights ``log s`` and outputs ``f`` (plain, may overflow; the caller
-    sets ``np.errstate``)."""
+    sets ``np.errstate``). ``X`` has its masked tokens zeroed (:func:`_zero_masked`)."""
     a = X @ v
-    log_s = _log_softmax_raw(logits_of(X, z, W))
+    log_s = _log_softmax_raw(_logits(X, z, W, mask))
     f = (np.exp(log_s) * a).sum(axis=1)
     return a, log_s, f
 
@@ -237,10 +255,18 @@ def _log_loss_values(lo: Any, u: FloatArray) -> FloatArray | None:
 
 # -------------------------------------------------------------- array forms
 def risk_of(
-    X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, loss: "Loss | LossLike"
+    X: FloatArray,
+    Y: FloatArray,
+    z: FloatArray,
+    v: FloatArray,
+    W: FloatArray,
+    loss: "Loss | LossLike",
+    *,
+    mask: BoolArray | None = None,
 ) -> float:
-    """Array form of :func:`risk` (no validation)."""
-    fw = _forward_scaled(X, z, v, W)
+    """Array form of :func:`risk` (no validation); ``mask`` as :attr:`Instance.mask`."""
+    X = _zero_masked(X, mask)
+    fw = _forward_scaled(X, z, v, W, mask)
     u = Y * fw.f
     logs = _log_loss_values(loss, u)
     if logs is not None and float(np.max(logs)) > LOG_FLOAT_MAX - 1.0:
@@ -287,11 +313,19 @@ def _refuse_undetermined(log_df: FloatArray, u: FloatArray, size_i: FloatArray, 
 
 
 def _risk_grad_plain(
-    X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, loss: "Loss | LossLike"
+    X: FloatArray,
+    Y: FloatArray,
+    z: FloatArray,
+    v: FloatArray,
+    W: FloatArray,
+    loss: "Loss | LossLike",
+    mask: BoolArray | None = None,
 ) -> FloatArray | None:
-    """The fast plain gradient, or ``None`` when it may have lost digits (under/overflow)."""
+    """The fast plain gradient, or ``None`` when it may have lost digits (under/overflow).
+
+    ``X`` has its masked tokens zeroed; a masked token has ``s_it = 0`` exactly, so its term is 0."""
     with np.errstate(all="ignore"):
-        a, log_s, f = _forward(X, z, v, W)
+        a, log_s, f = _forward(X, z, v, W, mask)
         s = np.exp(log_s)
         # Cancellation-free: a_it − f_i = Σ_u s_iu (a_it − a_iu). The textbook difference
         # a_iα − f_i subtracts two nearly equal numbers once s_iα ≈ 1 and keeps only
@@ -381,6 +415,7 @@ def _no_live_term(
     log_l: FloatArray,
     sign_w: FloatArray,
     norms: FloatArray,
+    mask: BoolArray | None = None,
 ) -> _LogGrad:
     """No term has a finite log size: ``∇L`` is exactly 0, or below any double, or at value rounding.
 
@@ -404,13 +439,15 @@ def _no_live_term(
         bound = float(np.max(seq)) - FLOAT_MAX + math.log(2.0 * d * d * T * T)  # log s_it < −FLOAT_MAX
         return _LogGrad(d0, 0.0, 0, 0.0, False, 0.0, bound)
     different = np.any(X[:, :, None, :] != X[:, None, :, :], axis=3)
+    if mask is not None:  # a masked token is no token of its sequence (its zeroed copy differs from others)
+        different &= mask[:, :, None] & mask[:, None, :]
     pair_mag = fw.amag[:, :, None] + fw.amag[:, None, :]
     unsure = different & (pair_mag > 0) & (norms > 0)[:, :, None] & ok_l[:, :, None]
     for i in np.flatnonzero(np.any(unsure, axis=(1, 2))):
         # The rounded values of sequence i are equal but its tokens differ: compare the exact values
         # Σ_k v_k x_itk in rational arithmetic (doubles are exact rationals), so that only a true
         # difference hidden by rounding is refused (this branch is rare: every computed term is 0).
-        if len({_exact_value(X[i, t], v) for t in range(T)}) > 1:
+        if len({_exact_value(X[i, t], v) for t in range(T) if mask is None or mask[i, t]}) > 1:
             return _LogGrad(d0, 0.0, 0, 0.0, False, math.inf)
     return _LogGrad(d0, 0.0, 0, 0.0, True)
 
@@ -448,11 +485,20 @@ def _dead_error(lg: _LogGrad, remedy: str) -> NumericalError:
 
 
 def _log_grad(
-    X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, loss: "Loss | LossLike"
+    X: FloatArray,
+    Y: FloatArray,
+    z: FloatArray,
+    v: FloatArray,
+    W: FloatArray,
+    loss: "Loss | LossLike",
+    mask: BoolArray | None = None,
 ) -> _LogGrad:
-    """The gradient from log-magnitudes and power-of-two rescaled data (see the module docstring)."""
+    """The gradient from log-magnitudes and power-of-two rescaled data (see the module docstring).
+
+    ``X`` has its masked tokens zeroed: their log weights are ``−inf`` and their norms 0, so they have
+    no live term, are never "dead" terms and add nothing to the values' rounding."""
     n = X.shape[0]
-    fw = _forward_scaled(X, z, v, W)
+    fw = _forward_scaled(X, z, v, W, mask)
     log_kdf = _output_spread(fw, W, loss)
     a, log_s = fw.a, fw.log_s
     diff = a[:, :, None] - a[:, None, :]  # (n, T, T): (a_it − a_iu)·2^−ea, |diff| ≤ 2d
@@ -483,7 +529,7 @@ def _log_grad(
     # from these alone.
     small = log_s + log_c + log_norms
     if not np.any(live):
-        return _no_live_term(X, v, fw, log_s, log_l, sign_w, norms)
+        return _no_live_term(X, v, fw, log_s, log_l, sign_w, norms, mask)
     # Sequence i contributes e^{log_w_it} · 2^{E_i} · x'_it z'_iᵀ with the integer E_i = ea_i + ex_i + ez_i
     # (the data's scale, kept exact) and |x'|, |z'| < 1. Factor out the largest sequence,
     # e^top · 2^E*, and rescale the others by 2^(q_i + E_i − E*) · e^{r_i}, q_i ln2 + r_i = top_i − top.
@@ -549,19 +595,27 @@ def _times_exp(G: FloatArray, top: float, e2: int) -> FloatArray:
 
 
 def risk_grad_of(
-    X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, loss: "Loss | LossLike"
+    X: FloatArray,
+    Y: FloatArray,
+    z: FloatArray,
+    v: FloatArray,
+    W: FloatArray,
+    loss: "Loss | LossLike",
+    *,
+    mask: BoolArray | None = None,
 ) -> FloatArray:
-    """Array form of :func:`risk_grad` (no validation).
+    """Array form of :func:`risk_grad` (no validation); ``mask`` as :attr:`Instance.mask`.
 
     The plain product form is used when it is safe (the common case, hot in GD loops); near the
     ends of float64's range the gradient is rebuilt from the log-domain form, or refused with
     :class:`GradientRangeError` (a :class:`~attnsvm.NumericalError` carrying ``log_norm``: engines
     catch it to stop plain GD with "gradient underflow").
     """
-    G = _risk_grad_plain(X, Y, z, v, W, loss)
+    X = _zero_masked(X, mask)
+    G = _risk_grad_plain(X, Y, z, v, W, loss, mask)
     if G is not None:
         return G
-    lg = _log_grad(X, Y, z, v, W, loss)
+    lg = _log_grad(X, Y, z, v, W, loss, mask)
     d = X.shape[2]
     if lg.zero:
         return np.zeros((d, d))
@@ -612,10 +666,17 @@ def _masked_logsumexp(vals: FloatArray, mask: NDArray[np.bool_], axis: int) -> F
 
 
 def normalized_risk_grad_of(
-    X: FloatArray, Y: FloatArray, z: FloatArray, v: FloatArray, W: FloatArray, loss: "Loss | LossLike"
+    X: FloatArray,
+    Y: FloatArray,
+    z: FloatArray,
+    v: FloatArray,
+    W: FloatArray,
+    loss: "Loss | LossLike",
+    *,
+    mask: BoolArray | None = None,
 ) -> GradDirection:
-    """Array form of :func:`normalized_risk_grad` (no validation)."""
-    lg = _log_grad(X, Y, z, v, W, loss)
+    """Array form of :func:`normalized_risk_grad` (no validation); ``mask`` as :attr:`Instance.mask`."""
+    lg = _log_grad(_zero_masked(X, mask), Y, z, v, W, loss, mask)
     if lg.zero:
         raise NumericalError(
             "the risk gradient is exactly zero at this W (every sequence has equal token values "
@@ -643,6 +704,9 @@ def normalized_risk_grad_of(
 def risk(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> float:
     """Empirical risk ``L(W) = (1/n) Σ_i ℓ(Y_i f_i)`` of softmax attention.
 
+    With a token mask (:attr:`Instance.mask`) ``f_i`` is the output over the allowed tokens of sequence
+    ``i``: the risk of the instance with the masked tokens deleted.
+
     Args:
       inst: the data.
       W: attention matrix, shape ``(d, d)``, finite.
@@ -654,13 +718,15 @@ def risk(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> f
     """
     lo = get_loss(loss)
     Wa = inst.check_weights(W)
-    return risk_of(inst.X, inst.Y, inst.z, inst.v, Wa, lo)
+    return risk_of(inst.keys, inst.Y, inst.z, inst.v, Wa, lo, **mask_kw(inst))
 
 
 def risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> FloatArray:
     """Gradient ``∇L(W) = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it (vᵀx_it − f_i) x_it z_iᵀ``, shape ``(d, d)``.
 
-    Computed in the cancellation-free form ``vᵀx_it − f_i = Σ_u s_iu (vᵀx_it − vᵀx_iu)``.
+    Computed in the cancellation-free form ``vᵀx_it − f_i = Σ_u s_iu (vᵀx_it − vᵀx_iu)``. With a token
+    mask (:attr:`Instance.mask`) the sums over ``t`` and ``u`` run over the allowed tokens (``s_it = 0``
+    at a masked one): the gradient of the instance with the masked tokens deleted.
 
     Scale: any finite data; returned when ``||∇L||_F`` lies in [2.2e-308, 1.8e308] (or every term is
     exactly 0, or the float64 sum of the terms cancels exactly); otherwise raises
@@ -675,7 +741,7 @@ def risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic")
     """
     lo = get_loss(loss)
     Wa = inst.check_weights(W)
-    return risk_grad_of(inst.X, inst.Y, inst.z, inst.v, Wa, lo)
+    return risk_grad_of(inst.keys, inst.Y, inst.z, inst.v, Wa, lo, **mask_kw(inst))
 
 
 def risk_grad_textbook(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> FloatArray:
@@ -690,12 +756,12 @@ def risk_grad_textbook(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "l
     lo = get_loss(loss)
     Wa = inst.check_weights(W)
     with np.errstate(over="ignore", invalid="ignore"):
-        a, log_s, f = _forward(inst.X, inst.z, inst.v, Wa)
+        a, log_s, f = _forward(inst.keys, inst.z, inst.v, Wa, inst.mask)
         s = np.exp(log_s)
     dl = _finite(lo.derivative(inst.Y * f), "the loss derivative")
     with np.errstate(all="ignore"):
         w = (dl * inst.Y)[:, None] * s * (a - f[:, None]) / inst.n  # naive: cancels at saturation
-        G = np.einsum("nt,ntd,ne->de", w, inst.X, inst.z)
+        G = np.einsum("nt,ntd,ne->de", w, inst.keys, inst.z)
     return _finite(G, "the textbook risk gradient (use risk_grad, which rescales)")
 
 
@@ -704,6 +770,7 @@ def normalized_risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = 
 
     Stays exact when ``∇L`` underflows (``||W||`` in the thousands): normalized GD is
     ``W ← W − η · direction``. Raises :class:`NumericalError` when the gradient is exactly 0.
+    Masked tokens (:attr:`Instance.mask`) take no part, as in :func:`risk_grad`.
 
     Scale: any finite data; the direction is invariant under power-of-two rescaling of ``X``,
     ``z``, ``v`` (with ``W`` keeping the logits) and ``log_norm`` shifts by the log of the factor.
@@ -716,4 +783,4 @@ def normalized_risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = 
     """
     lo = get_loss(loss)
     Wa = inst.check_weights(W)
-    return normalized_risk_grad_of(inst.X, inst.Y, inst.z, inst.v, Wa, lo)
+    return normalized_risk_grad_of(inst.keys, inst.Y, inst.z, inst.v, Wa, lo, **mask_kw(inst))

@@ -6,6 +6,14 @@ query per sequence ``z`` (shape ``(n, d)``). Logits are ``l_it = x_itᵀ W z_i``
 When ``z`` is not given it is the first token, ``z_i = x_i0`` (self-attention read
 at token 0) and :attr:`Instance.self_attention` is ``True``.
 
+Token masks. ``mask`` (boolean, shape ``(n, T)``, ``True`` = the token takes part) removes tokens
+from their sequence: a masked token gets attention weight exactly 0 (log weight and logit ``−inf``),
+and takes no part in the optimal tokens, ties, the Att-SVM constraints, the outputs, the risk or its
+gradient. The masked instance is the unmasked instance with the masked tokens deleted, sequence by
+sequence (``T_i = Σ_t mask_it`` allowed tokens, ``T_i ≥ 1``; a sequence with one allowed token has no
+Att-SVM constraint). :meth:`Instance.from_sequences` builds the sequence-to-sequence (every token a
+query) instance, causal or not, from such masks.
+
 Validation happens once, here; every other module trusts an ``Instance``.
 The arrays are stored as read-only float64 copies, so the caller's arrays are
 never modified and the instance cannot be changed behind the library's back.
@@ -27,7 +35,7 @@ from ..errors import InvalidInstanceError, TiedScoresError, unknown_name
 from ..scaling import FLOAT_TINY, range_error
 from ..scaling import pow2_split as pow2_split  # re-exported: its home is attnsvm.scaling
 
-__all__ = ["Instance", "random_instance", "FAMILIES", "TIE_RTOL", "as_real_array"]
+__all__ = ["Instance", "random_instance", "FAMILIES", "TIE_RTOL", "as_real_array", "require_unmasked"]
 
 FloatArray = NDArray[np.float64]
 
@@ -106,6 +114,72 @@ def as_real_array(value: ArrayLike, name: str, ndim: int | None = None) -> Float
     return arr
 
 
+def _check_mask(mask: Any, n: int, T: int) -> NDArray[np.bool_] | None:
+    """Validate a token mask: ``(n, T)``, boolean or 0/1 integers, ≥ 1 allowed token per sequence.
+
+    Returns a read-only boolean copy, or ``None`` when every token is allowed (the unmasked instance).
+    Floating-point masks are refused: an additive mask (``0`` / ``−inf``, as torch's ``attn_mask``)
+    means the opposite of a 0/1 keep-mask, and a float cannot say which one it is.
+    """
+    try:
+        arr = np.array(mask, copy=True)
+    except Exception as exc:  # ragged lists and the like
+        raise InvalidInstanceError(
+            f"mask must be a boolean array of shape (n, T) = ({n}, {T}); could not convert it ({exc})"
+        ) from exc
+    if arr.dtype.kind in "iu":
+        bad = np.argwhere((arr != 0) & (arr != 1))
+        if bad.size:
+            idx = tuple(int(b) for b in bad[0])
+            raise InvalidInstanceError(
+                f"mask must be boolean (or 0/1 integers, 1 = the token takes part); mask{list(idx)} = "
+                f"{int(arr[idx])}. Pass mask.astype(bool) of a keep-mask"
+            )
+        arr = arr.astype(bool)
+    elif arr.dtype.kind != "b":
+        raise InvalidInstanceError(
+            f"mask must be boolean (True = the token takes part) or 0/1 integers; got dtype {arr.dtype}. "
+            "An additive float mask (0 / -inf) means the opposite: pass np.isfinite(additive_mask)"
+        )
+    if arr.shape != (n, T):
+        raise InvalidInstanceError(f"mask must have shape (n, T) = ({n}, {T}) to match X; got {arr.shape}")
+    empty = np.flatnonzero(~np.any(arr, axis=1))
+    if empty.size:
+        i = int(empty[0])
+        raise InvalidInstanceError(
+            f"mask masks every token of sequence {i}: each sequence must keep at least one token "
+            f"(mask[{i}] needs a True entry); drop sequence {i} instead"
+        )
+    if np.all(arr):
+        return None
+    arr.setflags(write=False)
+    return arr
+
+
+def mask_kw(inst: "Instance") -> dict[str, Any]:
+    """``{"mask": inst.mask}`` for a masked instance, ``{}`` otherwise: the keyword the array forms
+    (``logits_of``, ``risk_grad_of``, ...) take, passed only when there is a mask, so that an unmasked call
+    is the call it always was (``symbolic/`` substitutes array forms without the keyword)."""
+    return {} if inst.mask is None else {"mask": inst.mask}
+
+
+def require_unmasked(inst: "Instance", feature: str) -> None:
+    """Refuse a masked instance in a function that does not support token masks yet.
+
+    Raises :class:`InvalidInstanceError` naming ``feature``; a masked instance would otherwise be read
+    as if every token took part (a silently wrong answer).
+    """
+    mask = getattr(inst, "mask", None)  # not an Instance: the caller's own type check reports it
+    if mask is not None:
+        raise InvalidInstanceError(
+            f"{feature} does not support token masks yet: this instance masks "
+            f"{int(np.size(mask) - np.count_nonzero(mask))} token(s). Build an instance without "
+            "the masked tokens (they can be deleted when every sequence keeps the same number), or use the "
+            "model functions (attention, output, risk, risk_grad, normalized_risk_grad), svm_* and solve_svm, "
+            "which support masks"
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class Instance:
     """Validated data for one attention problem.
@@ -114,17 +188,27 @@ class Instance:
       X: tokens, shape ``(n, T, d)``, ``n ≥ 1``, ``T ≥ 2``.
       Y: labels, shape ``(n,)``, every entry ``+1`` or ``-1``.
       v: value head, shape ``(d,)``.
-      z: queries, shape ``(n, d)``; ``None`` means the first token of each sequence.
+      z: queries, shape ``(n, d)``; ``None`` means the first token of each sequence (also when that
+        token is masked: a query need not be a key).
+      mask: keyword-only, shape ``(n, T)``, boolean (or integers 0/1), ``True`` (1) where the token takes
+        part; every sequence keeps at least one token. ``None`` (default): every token takes part.
+        Masked tokens must still be finite numbers (pad with 0); they are ignored by every computation.
 
-    Attributes ``X, Y, v, z`` are read-only float64 arrays; ``n, T, d`` the sizes;
-    ``self_attention`` is ``True`` when ``z`` was taken from the first token.
+    Attributes ``X, Y, v, z`` are read-only float64 arrays (``X`` as given, masked tokens included);
+    ``n, T, d`` the sizes; ``self_attention`` is ``True`` when ``z`` was taken from the first token.
+    ``mask`` is ``None`` when every token takes part (also when an all-True mask was given: the
+    instance is then the unmasked one, bit for bit), else a read-only boolean ``(n, T)`` array with at
+    least one ``False``. :attr:`allowed` is the mask as an array in both cases.
     """
 
     X: FloatArray
     Y: FloatArray
     v: FloatArray
     z: FloatArray = field(default=None)  # type: ignore[arg-type]
+    mask: NDArray[np.bool_] | None = field(default=None, kw_only=True)
     self_attention: bool = field(init=False)
+    #: ``X`` with the masked tokens set to 0 (``X`` itself when unmasked): the keys every computation reads.
+    keys: FloatArray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         X = as_real_array(self.X, "X", ndim=3)
@@ -157,6 +241,14 @@ class Instance:
             if z.shape != (n, d):
                 raise InvalidInstanceError(f"z must have shape (n, d) = ({n}, {d}) to match X; got {z.shape}")
             self_attention = False
+        mask = None if self.mask is None else _check_mask(self.mask, n, T)
+        if mask is None:
+            keys = X
+        else:
+            keys = np.where(mask[:, :, None], X, 0.0)
+            keys.setflags(write=False)
+        object.__setattr__(self, "mask", mask)
+        object.__setattr__(self, "keys", keys)
         object.__setattr__(self, "X", X)
         object.__setattr__(self, "Y", Y)
         object.__setattr__(self, "v", v)
@@ -184,9 +276,46 @@ class Instance:
         """``(n, T, d)``."""
         return (self.n, self.T, self.d)
 
+    @property
+    def allowed(self) -> NDArray[np.bool_]:
+        """The token mask as a boolean ``(n, T)`` array (all ``True`` when :attr:`mask` is ``None``)."""
+        return np.ones((self.n, self.T), dtype=bool) if self.mask is None else np.array(self.mask)
+
     def __repr__(self) -> str:
         kind = "self-attention (z = first token)" if self.self_attention else "cross-attention (z given)"
-        return f"Instance(n={self.n}, T={self.T}, d={self.d}, {kind})"
+        masked = (
+            ""
+            if self.mask is None
+            else f", {int(self.mask.size - np.count_nonzero(self.mask))} tokens masked"
+        )
+        return f"Instance(n={self.n}, T={self.T}, d={self.d}, {kind}{masked})"
+
+    @classmethod
+    def from_sequences(cls, X: ArrayLike, Y: ArrayLike, v: ArrayLike, *, causal: bool = False) -> "Instance":
+        """The sequence-to-sequence instance: every token of every sequence is a query.
+
+        ``X`` has shape ``(n, T, d)``, ``Y`` shape ``(n, T)`` (labels ±1, one per position). Query
+        ``(i, k)`` is row ``i·T + k`` of the returned ``(n·T)``-query instance: tokens ``X_i``, query
+        ``z = x_ik``, label ``Y_ik``, and mask all-True (``mask = None``), or ``t ≤ k`` when ``causal``.
+        Its outputs are ``f_ik = Σ_t s_ikt vᵀx_it`` with ``s_ik = softmax_t(x_itᵀ W x_ik)`` over the allowed
+        ``t``, and its risk is ``(1/(nT)) Σ_ik ℓ(Y_ik f_ik)``, the sequence-to-sequence risk.
+
+        Memory: ``X_i`` is stored once per query, ``n·T²·d`` doubles (twice that with a causal mask,
+        which also stores the zeroed keys), against ``n·T·d`` for ``X``.
+        """
+        if not isinstance(causal, (bool, np.bool_)):
+            raise InvalidInstanceError(f"causal must be True or False; got {causal!r}")
+        Xa = as_real_array(X, "X", ndim=3)
+        n, T, d = Xa.shape
+        Ya = as_real_array(Y, "Y", ndim=2)
+        if Ya.shape != (n, T):
+            raise InvalidInstanceError(
+                f"Y must have shape (n, T) = ({n}, {T}) to match X (one label per position); got {Ya.shape}"
+            )
+        Xq = np.repeat(Xa, T, axis=0)  # row i·T + k holds X_i
+        z = Xa.reshape(n * T, d)  # row i·T + k is x_ik
+        mask = np.tile(np.tril(np.ones((T, T), dtype=bool)), (n, 1)) if causal else None  # t ≤ k
+        return cls(Xq, Ya.reshape(n * T), as_real_array(v, "v", ndim=1), z, mask=mask)
 
     # ------------------------------------------------------------- token scores
     def values(self) -> FloatArray:
@@ -196,8 +325,10 @@ class Instance:
         ``d·2^−1074·max|x_i··|·max|v|``, products lost against the sequence's largest). Raises
         :class:`~attnsvm.NumericalError` when a value exceeds 1.8e308, or when a nonzero
         ``Σ_k|v_k x_itk|`` is below 2.2e-308 (the value would lose its digits to underflow).
+
+        Masked tokens: their entries are 0 (they are not values of the instance; :attr:`mask` says which).
         """
-        Xs, ex = split_rows(self.X, 1)
+        Xs, ex = split_rows(self.keys, 1)
         vs, ev = pow2_split(self.v)
         a = Xs @ vs
         mag = np.abs(Xs) @ np.abs(vs)
@@ -223,24 +354,26 @@ class Instance:
     def scores(self) -> FloatArray:
         """Token scores ``γ_it = Y_i vᵀx_it``, shape ``(n, T)``.
 
-        Scale: as :meth:`values`.
+        Scale: as :meth:`values`. Masked tokens: 0, as in :meth:`values`.
         """
         return self.Y[:, None] * self.values()
 
     def optimal_tokens(self) -> NDArray[np.intp]:
-        """``opt_i = argmax_t γ_it``, shape ``(n,)``.
+        """``opt_i = argmax_t γ_it``, shape ``(n,)``, over the allowed tokens ``t`` (:attr:`mask`).
 
         Raises :class:`TiedScoresError` naming the first sequence whose two best scores
         agree to ``TIE_RTOL · max_t Σ_k|v_k x_itk|`` (their rounding level), since the optimal
-        token is then undefined.
+        token is then undefined. Masked tokens take no part (a sequence with one allowed token has no tie).
 
         Scale: any finite data, never over/underflows: the scores of each sequence are formed from
         its tokens and ``v`` rescaled by powers of two (argmax and ties are invariant under
         ``X → cX``, ``v → cv``, ``c > 0``), so the answer is the same at every scale.
         """
-        Xs, _ = split_rows(self.X, 1)  # each sequence on its own: argmax and ties are per sequence
+        Xs, _ = split_rows(self.keys, 1)  # each sequence on its own: argmax and ties are per sequence
         vs, _ = pow2_split(self.v)
         gamma = self.Y[:, None] * (Xs @ vs)  # γ_i· · 2^−(ex_i+ev): |γ'| ≤ d
+        if self.mask is not None:
+            gamma = np.where(self.mask, gamma, -np.inf)  # finite − (−inf) = inf: never a tie, never NaN
         # Rounding level of each score, Σ_k|v_k x_itk| (scale-equivariant, unlike max(1, |γ|)), and,
         # outside the relative factor (inside it 2^−46 would round it away), the d products that may
         # have underflowed in the rescaled data: two scores closer than that are not told apart.
@@ -270,9 +403,9 @@ class Instance:
         return Wa
 
     def check_alpha(self, alpha: ArrayLike | None) -> NDArray[np.intp]:
-        """Validate a token choice: one integer index in ``[0, T)`` per sequence.
+        """Validate a token choice: one integer index in ``[0, T)`` per sequence, an allowed token.
 
-        ``None`` means the optimal tokens (:meth:`optimal_tokens`).
+        ``None`` means the optimal tokens (:meth:`optimal_tokens`). A masked token is refused.
         """
         if alpha is None:
             return self.optimal_tokens()
@@ -292,6 +425,14 @@ class Instance:
                 f"alpha[{i}] = {int(arr[i])} is out of range; token indices must lie in [0, {self.T - 1}]"
             )
         arr = arr.astype(np.intp)
+        if self.mask is not None:
+            masked = np.flatnonzero(~self.mask[np.arange(self.n), arr])
+            if masked.size:
+                i = int(masked[0])
+                raise InvalidInstanceError(
+                    f"alpha[{i}] = {int(arr[i])} selects a masked token of sequence {i}; choose one of its "
+                    f"allowed tokens {np.flatnonzero(self.mask[i]).tolist()}"
+                )
         arr.setflags(write=False)
         return arr
 

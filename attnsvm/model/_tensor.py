@@ -103,7 +103,7 @@ def unvec_rowmajor(w: ArrayLike, shape: tuple[int, int]) -> FloatArray:
 
 
 class SVMConstraints(NamedTuple):
-    """The Att-SVM(α) constraints in factored form, one row per ``(i, t)``, ``t ≠ α_i``.
+    """The Att-SVM(α) constraints in factored form, one row per ``(i, t)``, ``t ≠ α_i`` an allowed token.
 
     ``deltas[r] = x_iα_i − x_it`` and ``queries[r] = z_i`` for row ``r ↔ pairs[r] = (i, t)``;
     the constraint is ``deltas[r]ᵀ W queries[r] ≥ 1``. Rows are ordered by sequence, then token.
@@ -115,18 +115,31 @@ class SVMConstraints(NamedTuple):
     alpha: NDArray[np.intp]  # (n,)
 
 
+def constraint_pairs(inst: Instance, a: NDArray[np.intp]) -> NDArray[np.intp]:
+    """The ``(i, t)`` of the Att-SVM(α) rows, by sequence then token: ``t ≠ α_i``, ``t`` allowed.
+
+    ``a`` is a validated token choice (:meth:`Instance.check_alpha`). Shape ``(m, 2)``.
+    """
+    n, T, _ = inst.shape
+    ii, tt = np.meshgrid(np.arange(n), np.arange(T), indexing="ij")
+    keep = tt != a[:, None]
+    if inst.mask is not None:
+        keep &= inst.mask
+    return np.stack([ii[keep], tt[keep]], axis=1).astype(np.intp)
+
+
 def svm_constraints(inst: Instance, alpha: ArrayLike | None = None) -> SVMConstraints:
     """Factored Att-SVM(α) constraints; ``alpha=None`` means the optimal tokens.
+
+    Rows only for the allowed tokens ``t ≠ α_i`` of :attr:`Instance.mask` (``Σ_i (T_i − 1)`` rows, ``T_i``
+    the allowed tokens of sequence ``i``; a sequence with one allowed token has none).
 
     Scale: any finite data; ``deltas`` are exact (a difference that lands below the normal range
     is exact in IEEE arithmetic). Raises :class:`~attnsvm.NumericalError` when a difference
     ``x_iα − x_it`` exceeds 1.8e308 (tokens of opposite sign near the top of the range).
     """
     a = inst.check_alpha(alpha)
-    n, T, _ = inst.shape
-    ii, tt = np.meshgrid(np.arange(n), np.arange(T), indexing="ij")
-    keep = tt != a[:, None]
-    pairs = np.stack([ii[keep], tt[keep]], axis=1).astype(np.intp)
+    pairs = constraint_pairs(inst, a)
     with np.errstate(over="ignore"):
         deltas = inst.X[pairs[:, 0], a[pairs[:, 0]]] - inst.X[pairs[:, 0], pairs[:, 1]]
     if not np.all(np.isfinite(deltas)):
@@ -144,11 +157,11 @@ def svm_constraints(inst: Instance, alpha: ArrayLike | None = None) -> SVMConstr
 
 
 def svm_rows(inst: Instance, alpha: ArrayLike | None = None) -> FloatArray:
-    """Rows of the vectorised Att-SVM, shape ``(n(T−1), d²)``.
+    """Rows of the vectorised Att-SVM, shape ``(n(T−1), d²)`` (``Σ_i (T_i − 1)`` rows with a mask).
 
     Row ``r ↔ (i, t)`` is ``a_it = z_i ⊗ (x_iα_i − x_it)``, so that
     ``a_it · vec(W) = (x_iα_i − x_it)ᵀ W z_i`` (column-major :func:`vec`).
-    Rows are ordered by sequence, then token (skipping ``t = α_i``).
+    Rows are ordered by sequence, then token (skipping ``t = α_i`` and masked tokens).
 
     Scale: any finite data; every entry is the exactly rounded product ``z_j Δ_k`` when it is
     normal, and the rows are returned when every entry is finite and each nonzero row's norm
@@ -161,9 +174,10 @@ def svm_rows(inst: Instance, alpha: ArrayLike | None = None) -> FloatArray:
     # formed from frexp mantissas and exponents: an entry over/underflows only if it is itself
     # out of range, never through an intermediate.
     val, m, e = _exact_products(c.queries[:, :, None], c.deltas[:, None, :])
-    m_rows = m.reshape(len(c.pairs), -1)
-    e_rows = e.reshape(len(c.pairs), -1)
-    rows = val.reshape(len(c.pairs), -1)
+    dd = inst.d * inst.d  # explicit: a masked instance may have no row (m = 0)
+    m_rows = m.reshape(len(c.pairs), dd)
+    e_rows = e.reshape(len(c.pairs), dd)
+    rows = val.reshape(len(c.pairs), dd)
     if not np.all(np.isfinite(rows)):
         r, k = np.argwhere(~np.isfinite(rows))[0]
         raise range_error(

@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..errors import InvalidInstanceError, NumericalError
 from ..model._grad import GradDirection, signed_log_derivative
-from ..model._instance import Instance, as_real_array
+from ..model._instance import Instance, as_real_array, require_unmasked
 from ..model._losses import LossLike, get_loss
 from ..scaling import range_error
 from ..svm._solve import KKTResiduals
@@ -187,6 +187,7 @@ def joint_risk(
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
     """
+    require_unmasked(inst, "attnsvm.peers.joint_risk")
     lo = get_loss(loss)
     va, pa = _check_head(inst, v), check_prompt(inst, p)
     return prompt_risk_of(_data(inst, W, va), inst.Y, pa, lo, "the joint risk L(v, p)")
@@ -206,6 +207,7 @@ def joint_grads(
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
     """
+    require_unmasked(inst, "attnsvm.peers.joint_grads")
     lo = get_loss(loss)
     va, pa = _check_head(inst, v), check_prompt(inst, p)
     data = _data(inst, W, va)
@@ -220,6 +222,7 @@ def normalized_joint_grads(
     Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; directions to ``≲ nT·eps`` per
     entry; never over/underflows (raises :class:`NumericalError` only for an exactly zero block).
     """
+    require_unmasked(inst, "attnsvm.peers.normalized_joint_grads")
     lo = get_loss(loss)
     va, pa = _check_head(inst, v), check_prompt(inst, p)
     data = _data(inst, W, va)
@@ -288,6 +291,7 @@ def solve_joint_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None
     Raises:
       InfeasibleSVMError: when either SVM has no feasible point (e.g. a zero selected token).
     """
+    require_unmasked(inst, "attnsvm.peers.solve_joint_svm")
     Wa = inst.check_weights(W)
     a = scaled_alpha(inst, alpha)
     n = inst.n
@@ -394,6 +398,7 @@ def run_joint_gd(
     Returns:
       :class:`JointTrajectory`.
     """
+    require_unmasked(inst, "attnsvm.peers.run_joint_gd")
     steps = check_steps(steps)
     lr = check_lr(lr)
     lo = get_loss(loss)

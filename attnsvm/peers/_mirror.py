@@ -56,7 +56,7 @@ from .._deps import require
 from ..errors import AttnSVMError, InfeasibleSVMError, NumericalError, SolverError
 from ..gd._engine import check_lr, check_steps, record_steps
 from ..model._attention import logits_of
-from ..model._instance import Instance, as_real_array
+from ..model._instance import Instance, as_real_array, require_unmasked
 from ..model._losses import LossLike, get_loss
 from ..model._tensor import svm_constraints, svm_rows
 from ..scaling import FLOAT_TINY, LOG_FLOAT_MAX, pow2_split, range_error
@@ -417,6 +417,7 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
       InfeasibleSVMError: the constraints cannot be met (Clarabel reports infeasibility).
       SolverError: any other non-optimal status.
     """
+    require_unmasked(inst, "attnsvm.peers.solve_lp_svm")
     require("cvxpy", feature="solve_lp_svm")  # pragma: no mutate
     import cvxpy as cp
 
@@ -714,6 +715,7 @@ def run_mirror_descent(
     Returns:
       :class:`MirrorTrajectory` with ``.W``.
     """
+    require_unmasked(inst, "attnsvm.peers.run_mirror_descent")
     p = check_p_norm(p_norm)
     _check_engine_p(p)
     q = p / (p - 1.0)

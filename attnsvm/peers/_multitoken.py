@@ -53,7 +53,7 @@ from ..errors import AttnSVMError, InvalidInstanceError, NumericalError, SolverE
 from ..gd._engine import direction_corr
 from ..model._attention import logits_of
 from ..model._grad import GradDirection
-from ..model._instance import Instance, as_real_array
+from ..model._instance import Instance, as_real_array, require_unmasked
 from ..model._losses import LossLike, get_loss
 from ..scaling import pow2_exponent, range_error
 from ..svm._solve import CERTIFY_RTOL, KKTResiduals, MinNormSolution, solve_svm
@@ -192,6 +192,7 @@ def multitoken_output(inst: Instance, W: ArrayLike, V: ArrayLike) -> FloatArray:
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (nonlinear head).
     """
+    require_unmasked(inst, "attnsvm.peers.multitoken_output")
     Wa, Va = inst.check_weights(W), _check_V(inst, V)
     md = mt_data(inst.X, inst.z, Va)
     _, out, e = _values_of(md, mt_log_attention(md, Wa))
@@ -204,6 +205,7 @@ def multitoken_risk(inst: Instance, W: ArrayLike, V: ArrayLike, loss: "str | Los
     Scale: any finite data; to a few ulps relative; raises :class:`NumericalError` when ``out`` or
     the risk overflows, or a logistic/exponential risk is below 2.2e-308.
     """
+    require_unmasked(inst, "attnsvm.peers.multitoken_risk")
     lo = get_loss(loss)
     md = mt_data(inst.X, inst.z, _check_V(inst, V))
     return multitoken_risk_of(md, inst.Y, inst.check_weights(W), lo)
@@ -227,6 +229,7 @@ def multitoken_grad(
     Returns:
       shape ``(d, d)``.
     """
+    require_unmasked(inst, "attnsvm.peers.multitoken_grad")
     lo = get_loss(loss)
     md = mt_data(inst.X, inst.z, _check_V(inst, V))
     return multitoken_grad_of(md, inst.Y, inst.check_weights(W), lo)
@@ -240,6 +243,7 @@ def normalized_multitoken_grad(
     Scale: any finite data with ``max|W|·max|x|·max|z|`` below 1.8e308; the direction to
     ``≲ nT·eps`` per entry; never over/underflows.
     """
+    require_unmasked(inst, "attnsvm.peers.normalized_multitoken_grad")
     lo = get_loss(loss)
     md = mt_data(inst.X, inst.z, _check_V(inst, V))
     return normalized_multitoken_grad_of(md, inst.Y, inst.check_weights(W), lo)
@@ -295,6 +299,7 @@ def run_multitoken_gd(
     Returns:
       :class:`MultiTokenTrajectory`.
     """
+    require_unmasked(inst, "attnsvm.peers.run_multitoken_gd")
     steps = check_steps(steps)
     lr = check_lr(lr)
     lo = get_loss(loss)
@@ -355,6 +360,7 @@ def selected_sets(
     Returns:
       A list of ``n`` sorted index arrays.
     """
+    require_unmasked(inst, "attnsvm.peers.selected_sets")
     Wa = inst.check_weights(W)
     thr = float(threshold)
     if not (0 < thr <= 1.0 / inst.T):
@@ -465,6 +471,7 @@ def predict_multitoken(
       SolverError: a min-norm solution could not be certified (nearly dependent rows).
       NumericalError: a returned matrix or ``R`` is outside float64's normal range.
     """
+    require_unmasked(inst, "attnsvm.peers.predict_multitoken")
     Wg = inst.check_weights(W_gd, "W_gd")
     if not np.any(Wg != 0):
         raise AttnSVMError("W_gd is the zero matrix; there is nothing to predict (run GD first)")

@@ -54,7 +54,7 @@ from ..errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, Num
 from ..gd._engine import check_lr, check_steps, projected_path, record_steps
 from ..model._attention import logits_of
 from ..model._grad import CANCELLED_MESSAGE, GradDirection, normalized_risk_grad_of, risk_grad_of
-from ..model._instance import Instance, as_real_array
+from ..model._instance import Instance, as_real_array, require_unmasked
 from ..model._losses import Loss, LossLike, get_loss
 from ..scaling import FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, pow2_split, range_error
 from ..svm._solve import KKTResiduals, MinNormSolution, min_norm_dual
@@ -83,6 +83,7 @@ FloatArray = NDArray[np.float64]
 # ================================================================== validation
 def check_prompt(inst: Instance, p: ArrayLike, name: str = "p") -> FloatArray:
     """Validate a prompt vector: finite real, shape ``(d,)`` (returns a float64 copy)."""
+    require_unmasked(inst, "attnsvm.peers.check_prompt")
     pa = as_real_array(p, name, ndim=1)
     if pa.shape != (inst.d,):
         raise InvalidInstanceError(
@@ -398,6 +399,7 @@ def values_mantissa(X: FloatArray, v: FloatArray) -> tuple[FloatArray, int]:
 
 def prompt_data(inst: Instance, W: FloatArray, v: FloatArray | None = None) -> PromptData:
     """Keys and values (of head ``v``, default ``inst.v``) as mantissas and exponents."""
+    require_unmasked(inst, "attnsvm.peers.prompt_data")
     ks, K = keys_mantissa(inst.X, W)
     As, A = values_mantissa(inst.X, inst.v if v is None else v)
     return PromptData(ks, K, As, A)
@@ -478,6 +480,7 @@ def prompt_keys(inst: Instance, W: ArrayLike) -> FloatArray:
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
     """
+    require_unmasked(inst, "attnsvm.peers.prompt_keys")
     ks, K = keys_mantissa(inst.X, inst.check_weights(W))
     return put_back(ks, K, "the keys k_it = Wᵀx_it")
 
@@ -488,6 +491,7 @@ def prompt_logits(inst: Instance, W: ArrayLike, p: ArrayLike) -> FloatArray:
     Scale: any finite data; each logit to absolute error ``≲ 2d·eps·max|l|``; raises
     :class:`NumericalError` when ``max|l|`` is not a normal double.
     """
+    require_unmasked(inst, "attnsvm.peers.prompt_logits")
     ks, K = keys_mantissa(inst.X, inst.check_weights(W))
     ps, ep = pow2_split(check_prompt(inst, p))
     return put_back(ks @ ps, K + ep, "the prompt logits k_itᵀp")
@@ -499,6 +503,7 @@ def prompt_attention(inst: Instance, W: ArrayLike, p: ArrayLike) -> FloatArray:
     Scale: any finite data, never raises (logits beyond 1.8e308 included); each weight to
     ``≲ T·eps·max|l_i|`` relative plus ``2^−1074`` absolute (weights below 2.2e-308 flush).
     """
+    require_unmasked(inst, "attnsvm.peers.prompt_attention")
     ks, K = keys_mantissa(inst.X, inst.check_weights(W))
     return np.exp(prompt_log_attention(PromptData(ks, K, ks[:, :, 0], 0), check_prompt(inst, p)))
 
@@ -511,6 +516,7 @@ def prompt_output(inst: Instance, W: ArrayLike, p: ArrayLike) -> FloatArray:
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596, eq. (1).
     """
+    require_unmasked(inst, "attnsvm.peers.prompt_output")
     data = prompt_data(inst, inst.check_weights(W))
     fs = np.sum(np.exp(prompt_log_attention(data, check_prompt(inst, p))) * data.As, axis=1)
     return put_back(fs, data.A, "the prompt outputs f_i")
@@ -522,6 +528,7 @@ def prompt_risk(inst: Instance, W: ArrayLike, p: ArrayLike, loss: "str | LossLik
     Scale: any finite data; to a few ulps relative (as the loss); raises :class:`NumericalError`
     when ``f`` or the risk overflows, or a logistic/exponential risk is below 2.2e-308.
     """
+    require_unmasked(inst, "attnsvm.peers.prompt_risk")
     lo = get_loss(loss)
     data = prompt_data(inst, inst.check_weights(W))
     return prompt_risk_of(data, inst.Y, check_prompt(inst, p), lo)
@@ -551,6 +558,7 @@ def prompt_grad(
     Returns:
       The gradient, shape ``(d,)``.
     """
+    require_unmasked(inst, "attnsvm.peers.prompt_grad")
     lo = get_loss(loss)
     data = prompt_data(inst, inst.check_weights(W))
     return prompt_grad_of(data, inst.Y, check_prompt(inst, p), lo)
@@ -569,6 +577,7 @@ def normalized_prompt_grad(
     Returns:
       :class:`attnsvm.model._grad.GradDirection` with ``direction`` of shape ``(d,)``.
     """
+    require_unmasked(inst, "attnsvm.peers.normalized_prompt_grad")
     lo = get_loss(loss)
     data = prompt_data(inst, inst.check_weights(W))
     return normalized_prompt_grad_of(data, inst.Y, check_prompt(inst, p), lo)
@@ -614,6 +623,7 @@ def prompt_constraint_rows(
 
     Formed from power-of-two rescaled ``X`` and ``W`` (exact), so no product over- or underflows.
     """
+    require_unmasked(inst, "attnsvm.peers.prompt_constraint_rows")
     n, T, _ = inst.shape
     ii, tt = np.meshgrid(np.arange(n), np.arange(T), indexing="ij")
     keep = tt != alpha[:, None]
@@ -644,6 +654,7 @@ def _explain_infeasible(rows: FloatArray, pairs: NDArray[np.intp], what: str) ->
 def scaled_alpha(inst: Instance, alpha: ArrayLike | None) -> NDArray[np.intp]:
     """``inst.check_alpha(alpha)``; the default (optimal tokens) from power-of-two rescaled ``X``, ``v``
     (argmax and ties are invariant under positive scaling)."""
+    require_unmasked(inst, "attnsvm.peers.scaled_alpha")
     if alpha is not None:
         return inst.check_alpha(alpha)
     Xs, _ = pow2_split(inst.X)
@@ -684,6 +695,7 @@ def solve_prompt_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = Non
     Raises:
       InfeasibleSVMError: when no ``p`` meets the constraints (e.g. a key equal to the selected one).
     """
+    require_unmasked(inst, "attnsvm.peers.solve_prompt_svm")
     Wa = inst.check_weights(W)
     a = scaled_alpha(inst, alpha)
     rows, R, pairs, sol = _solve_prompt_scaled(inst, Wa, a)
@@ -714,6 +726,7 @@ def prompt_local_optimality(inst: Instance, W: ArrayLike, alpha: ArrayLike | Non
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (locally optimal tokens).
     """
+    require_unmasked(inst, "attnsvm.peers.prompt_local_optimality")
     Wa = inst.check_weights(W)
     a = scaled_alpha(inst, alpha)
     try:
@@ -815,6 +828,7 @@ def run_prompt_gd(
     Returns:
       :class:`PromptTrajectory` with ``.p`` and ``.record``.
     """
+    require_unmasked(inst, "attnsvm.peers.run_prompt_gd")
     steps = check_steps(steps)
     lr = check_lr(lr)
     lo = get_loss(loss)
@@ -921,6 +935,7 @@ def prompt_regularization_path(
     Returns:
       One :class:`PromptPathPoint` per radius.
     """
+    require_unmasked(inst, "attnsvm.peers.prompt_regularization_path")
     R_all = as_real_array(radii, "radii", ndim=1)
     if R_all.size == 0 or np.any(R_all <= 0) or np.any(np.diff(R_all) <= 0):
         raise AttnSVMError("radii must be a non-empty, strictly increasing list of positive radii")

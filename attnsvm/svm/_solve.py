@@ -65,7 +65,7 @@ from .. import scaling
 from .._deps import require
 from ..errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, SolverError, unknown_name
 from ..model._instance import TIE_RTOL, Instance, as_real_array
-from ..model._tensor import SVMConstraints
+from ..model._tensor import SVMConstraints, constraint_pairs
 
 __all__ = [
     "SVM_METHODS",
@@ -892,10 +892,7 @@ def _frexp_exponent(a: FloatArray) -> NDArray[np.int64]:
 
 def _pairs_alpha(inst: Instance, alpha: ArrayLike | None) -> tuple[IntArray, IntArray]:
     a = inst.check_alpha(alpha)
-    n, T, _ = inst.shape
-    ii, tt = np.meshgrid(np.arange(n), np.arange(T), indexing="ij")
-    keep = tt != a[:, None]
-    return np.stack([ii[keep], tt[keep]], axis=1).astype(np.intp), a
+    return constraint_pairs(inst, a), a  # masked tokens have no row
 
 
 def _unit_svm(inst: Instance, pairs: IntArray, a: IntArray) -> _UnitSVM:
@@ -919,7 +916,9 @@ def _unit_svm(inst: Instance, pairs: IntArray, a: IntArray) -> _UnitSVM:
     Z = np.ldexp(z, -f[:, None])
     nD = np.linalg.norm(D, axis=1)  # entries of D in (−1, 1), the largest ≥ ½: no overflow/underflow
     nZ = np.linalg.norm(Z, axis=1)
-    zhat = Z / nZ[:, None]
+    # A zero query only where its sequence has no row (one allowed token; _check_trivially_infeasible
+    # refuses the others): its unit query is 0, never 0/0 (which would reach W through Bᵀ Z).
+    zhat = Z / np.where(nZ > 0, nZ, 1.0)[:, None]
     E = e + f[i]
     G = int(np.max(-E)) if E.size else 0
     mant = nD * nZ[i]
@@ -932,9 +931,21 @@ def _pairs_of(c: SVMConstraints, rows: IntArray) -> Pairs:
     return tuple((int(c.pairs[r, 0]), int(c.pairs[r, 1])) for r in rows)
 
 
+def _require_rows(pairs: IntArray) -> None:
+    """Refuse an Att-SVM without any constraint (a mask that leaves every sequence one token)."""
+    if not pairs.size:
+        raise AttnSVMError(
+            "Att-SVM(alpha) has no constraint: the mask leaves every sequence one allowed token, so "
+            "W_mm = 0 and its direction is undefined. Allow at least two tokens in some sequence."
+        )
+
+
 def _check_trivially_infeasible(inst: Instance, pairs: IntArray, a: IntArray) -> None:
     """Zero queries and tokens equal to the selected one make a constraint read ``0 ≥ 1``."""
-    zero_q = np.flatnonzero(np.all(inst.z == 0.0, axis=1))
+    # only sequences with a constraint (with a mask, a sequence with one allowed token has none)
+    has_row = np.zeros(inst.n, dtype=bool)
+    has_row[pairs[:, 0]] = True
+    zero_q = np.flatnonzero(np.all(inst.z == 0.0, axis=1) & has_row)
     if zero_q.size:
         i = int(zero_q[0])
         raise InfeasibleSVMError(
@@ -1425,6 +1436,7 @@ def solve_svm(
             "||W||_F); use method='primal' or 'auto' with norm='nuc'."
         )
     pairs, a = _pairs_alpha(inst, alpha)
+    _require_rows(pairs)
     _check_trivially_infeasible(inst, pairs, a)
     # Every method solves the exact unit-row reformulation (rows divided by ||Δ_it||·||z_i||, kept as
     # mantissa·2^E) and puts the scale back as a power of two: see _UnitSVM. Nothing overflows or
@@ -1510,9 +1522,9 @@ def local_optimality_report(inst: Instance, alpha: ArrayLike | None = None) -> L
     support = _pairs_of(u.c, f.support)
     # Scores per sequence on exactly rescaled data: γ'_it = sign(Y_i)·v'ᵀx'_it with X_i = X'_i·2^{ex_i},
     # v = v'·2^{ev}: a positive factor per sequence, so comparisons within a sequence are unchanged.
-    ex = _frexp_exponent(inst.X.reshape(inst.n, -1))
+    ex = _frexp_exponent(inst.keys.reshape(inst.n, -1))  # masked tokens (zeroed) set no scale
     ev = scaling.pow2_exponent(inst.v)
-    Xs = np.ldexp(inst.X, -ex[:, None, None])
+    Xs = np.ldexp(inst.keys, -ex[:, None, None])
     vs = scaling.ldexp_scale(inst.v, ev)
     gam = np.sign(inst.Y)[:, None] * (Xs @ vs)
     tol = TIE_RTOL * float(np.linalg.norm(vs)) * np.max(np.linalg.norm(Xs, axis=2), axis=1)

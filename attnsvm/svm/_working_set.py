@@ -97,6 +97,7 @@ from ._solve import (
     _pairs_alpha,
     _pairs_of,
     _raise_infeasible,
+    _require_rows,
     _ro,
     _ro_own,
     _round_tol,
@@ -501,7 +502,8 @@ def solve_svm_working_set(
     for name, val in (("chunk", chunk), ("max_working_set", max_working_set)):
         if val is not None and (not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1):
             raise InvalidInstanceError(f"{name} must be a positive integer or None; got {val!r}")
-    pairs, a = _pairs_alpha(inst, alpha)
+    pairs, a = _pairs_alpha(inst, alpha)  # masked tokens have no row
+    _require_rows(pairs)
     _check_trivially_infeasible(inst, pairs, a)
     # The exact unit-row reformulation of svm.py (rows ÷ ||Δ_it||·||z_i||, the scale kept as 2^E): nothing
     # of the data's size is squared or multiplied out, and the scale goes back as a power of two.

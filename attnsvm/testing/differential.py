@@ -62,7 +62,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..errors import AttnSVMError, unknown_name
 from ..model._attention import KINDS, attention, log_attention, log_phi, logits
 from ..model._grad import normalized_risk_grad, signed_log_derivative
-from ..model._instance import Instance
+from ..model._instance import Instance, require_unmasked
 from ..model._losses import LOSSES, get_loss
 
 __all__ = [
@@ -294,6 +294,7 @@ def head_logit_magnitude(inst: Instance, projections: Any) -> tuple[FloatArray, 
 
     Scale: any finite data; a magnitude that overflows is ``inf`` (the bound is then its cap).
     """
+    require_unmasked(inst, "attnsvm.testing.head_logit_magnitude")
     W_Q = np.asarray(projections.W_Q, dtype=np.float64)
     W_K = np.asarray(projections.W_K, dtype=np.float64)
     dq, dk = W_Q.shape[1], W_K.shape[1]
@@ -383,6 +384,7 @@ def compare_attention(
     Scale: any finite data whose logits are representable (else ``NumericalError`` from the
     reference); bounds capped at 1 per weight; accurate to the model's first-order-free form.
     """
+    require_unmasked(inst, "attnsvm.testing.compare_attention")
     _check_fn(fn)
     if kind not in KINDS:
         raise unknown_name("attention kind", kind, KINDS)
@@ -436,6 +438,7 @@ def compare_output(
     Raises as :func:`compare_attention`. Scale: as :func:`compare_attention`; the values and outputs
     must be representable (else the reference's ``NumericalError``); bound capped at ``2·max|a_i|``.
     """
+    require_unmasked(inst, "attnsvm.testing.compare_output")
     _check_fn(fn)
     if kind not in KINDS:
         raise unknown_name("attention kind", kind, KINDS)
@@ -546,6 +549,7 @@ def compare_gradient(
     Scale: any finite data with representable logits and outputs; the bound is formed from
     log-magnitudes (exact at any saturation), capped at 2.
     """
+    require_unmasked(inst, "attnsvm.testing.compare_gradient")
     _check_fn(fn)
     if not isinstance(loss, str) or loss not in LOSSES:
         raise unknown_name("loss for compare_gradient", loss, tuple(LOSSES))
@@ -593,6 +597,7 @@ def runner_up_log10(inst: Instance, W: ArrayLike) -> float:
     From :func:`attnsvm.log_attention`, so it is exact far below float64's range (a runner-up of
     1e-400 gives −400). Scale: as :func:`attnsvm.log_attention`.
     """
+    require_unmasked(inst, "attnsvm.testing.runner_up_log10")
     ls = log_attention(inst, W)
     return float(np.max(np.sort(ls, axis=1)[:, -2])) / math.log(10.0)
 
@@ -666,6 +671,7 @@ def gradient_saturation_sweep(
 
     Scale: as :func:`compare_gradient` at each point.
     """
+    require_unmasked(inst, "attnsvm.testing.gradient_saturation_sweep")
     _check_fn(fn)
     Wa = inst.check_weights(W)
     cs = [float(c) for c in scales]

@@ -41,7 +41,7 @@ import mpmath
 import numpy as np
 
 from ...model._grad import normalized_risk_grad
-from ...model._instance import Instance, random_instance
+from ...model._instance import Instance, random_instance, require_unmasked
 from ...testing.differential import compare_gradient, runner_up_log10
 from ..experiments import (
     ExperimentClaim,
@@ -157,6 +157,7 @@ class AutogradSummary:
 # ----------------------------------------------------------------------------- compute
 def sdpa_autograd_gradient(inst: Instance, W: np.ndarray) -> Any:
     """``∇L(W)`` by torch autograd through ``F.scaled_dot_product_attention`` (float64, logistic)."""
+    require_unmasked(inst, "attnsvm.harness.sdpa_autograd_gradient")
     import torch
     import torch.nn.functional as F
 
@@ -173,6 +174,7 @@ def sdpa_autograd_gradient(inst: Instance, W: np.ndarray) -> Any:
 def mp_direction(inst: Instance, W: np.ndarray, dps: int = ORACLE_DPS) -> np.ndarray:
     """The oracle: ``∇L/||∇L||_F`` of the logistic risk in ``dps``-digit mpmath, from
     ``∇L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it Σ_u s_iu (a_it − a_iu) x_it z_iᵀ``."""
+    require_unmasked(inst, "attnsvm.harness.mp_direction")
     n, T, d = inst.shape
     with mpmath.workdps(dps):
         mp = np.vectorize(lambda x: mpmath.mpf(float(x)), otypes=[object])
