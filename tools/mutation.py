@@ -60,12 +60,20 @@ EQUIVALENT = RESULTS / "equivalent.csv"
 #: repository root; missing files are skipped.
 TESTS: dict[str, list[str]] = {
     "scaling": ["tests/test_scaling.py", "tests/test_strategies_scale.py"],
-    "instance": ["tests/test_instance.py", "tests/test_scale_core.py", "properties/test_bad_input.py"],
+    "instance": [
+        "tests/test_instance.py",
+        "tests/test_scale_core.py",
+        "tests/test_masks.py",
+        "properties/test_bad_input.py",
+        "properties/test_masks.py",
+    ],
     "attention": [
         "tests/test_attention.py",
         "tests/test_scale_core.py",
+        "tests/test_masks.py",
         "properties/test_attention.py",
         "properties/test_scale_core.py",
+        "properties/test_masks.py",
     ],
     "losses": ["tests/test_losses.py", "properties/test_attention.py"],
     "grad": [
@@ -73,27 +81,35 @@ TESTS: dict[str, list[str]] = {
         "tests/test_grad_edges.py",
         "tests/test_grad_log_edges.py",
         "tests/test_scale_core.py",
+        "tests/test_masks.py",
         "properties/test_grad.py",
         "properties/test_scale_core.py",
         "properties/test_bad_input.py",
+        "properties/test_masks.py",
     ],
     "tensor": [
         "tests/test_tensor.py",
         "tests/test_scale_core.py",
+        "tests/test_masks.py",
         "properties/test_tensor.py",
         "properties/test_bad_input.py",
+        "properties/test_masks.py",
     ],
     "svm": [
         "tests/test_svm.py",
         "tests/test_svm_edges.py",
         "tests/test_scale_svm.py",
+        "tests/test_masks.py",
         "properties/test_svm.py",
         "properties/test_scale_svm.py",
+        "properties/test_masks.py",
     ],
     "svm_working_set": [
         "tests/test_svm_working_set.py",
         "tests/test_svm_working_set_edges.py",
         "tests/test_svm_working_set_core_edges.py",
+        "tests/test_masks.py",
+        "properties/test_masks.py",
     ],
     # properties/test_gd.py (8000-step convergence runs, minutes) is left out: the unit tests and the
     # scale and batch properties exercise every line of gd.py in seconds.
@@ -104,8 +120,10 @@ TESTS: dict[str, list[str]] = {
         "tests/test_gd_more_edges.py",
         "tests/test_gd_batch_refusals.py",
         "tests/test_scale_gd.py",
+        "tests/test_masks.py",
         "properties/test_gd_batch.py",
         "properties/test_scale_gd.py",
+        "properties/test_masks.py",
     ],
     "lipschitz": [
         "tests/test_lipschitz.py",
