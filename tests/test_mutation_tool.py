@@ -92,6 +92,40 @@ def test_a_function_change_leaves_the_context_and_other_functions(tool, tmp_path
     assert tool.function_hashes("fake", a) == tool.function_hashes("fake", const)
 
 
+def _with_shared(tool, root: Path, source: str, shared: str) -> Path:
+    """The fake module plus ``attnsvm/_shared.py`` holding ``shared``."""
+    _module(tool, root, source)
+    (root / "attnsvm" / "_shared.py").write_text(shared)
+    return root
+
+
+def test_a_constant_moved_unchanged_into_a_shared_module_keeps_the_context(tool, tmp_path: Path) -> None:
+    """``LIMIT = 3`` here, or ``from ._shared import LIMIT`` where ``_shared`` binds ``LIMIT = 3`` (also
+    under another name, ``as``), binds the same value: same context and source hash. A different value in the
+    shared module, or a name bound to something else, changes the context. ``__all__`` and a new internal
+    import of a function (read only by changed functions) are not context."""
+    a = _module(tool, tmp_path / "a", BASE)
+    moved = BASE.replace("LIMIT = 3\n", "").replace(
+        "import numpy as np\n", "import numpy as np\nfrom ._shared import LIMIT\n"
+    )
+    b = _with_shared(tool, tmp_path / "b", moved, "LIMIT = 3\n")
+    aliased = moved.replace("from ._shared import LIMIT", "from ._shared import CAP as LIMIT")
+    c = _with_shared(tool, tmp_path / "c", aliased, "CAP = 3\n")
+    other = _with_shared(tool, tmp_path / "d", moved, "LIMIT = 4\n")
+    func = _with_shared(tool, tmp_path / "e", moved, "def LIMIT():\n    return 3\n")
+    exported = _module(tool, tmp_path / "f", BASE.replace("LIMIT = 3", '__all__ = ["f", "K"]\nLIMIT = 3'))
+    new_import = _module(
+        tool, tmp_path / "g", BASE.replace("from .scaling import h", "from .scaling import h, k")
+    )
+    ctx = tool.context_hash("fake", a)
+    assert tool.context_hash("fake", b) == ctx and tool.context_hash("fake", c) == ctx
+    assert tool._source_hash("fake", b) == tool._source_hash("fake", a)
+    assert tool.context_hash("fake", other) != ctx
+    assert tool.context_hash("fake", func) != ctx
+    assert tool.context_hash("fake", exported) == ctx
+    assert tool.context_hash("fake", new_import) == ctx
+
+
 def test_mutant_function_names(tool) -> None:
     """mutmut's mangled names map back to the function (the module path before the last dot is ignored)."""
     assert tool.mutant_function("attnsvm.gd._engine.x_run_gd__mutmut_3") == "run_gd"

@@ -279,9 +279,10 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 
 def _source_hash(module: str, root: Path = ROOT) -> str:
     """Hash of the module's code as mutmut sees it (:func:`_normalized_tree`): a documentation edit,
-    a dependency guard or a moved internal import keeps a run's mutant names (and ``--survivors``)
-    valid, while any other code change does not."""
-    tree = _normalized_tree((root / PATHS[module]).read_text())
+    a dependency guard, a moved internal import or a constant moved unchanged into a shared module keeps a
+    run's mutant names (and ``--survivors``) valid, while any other code change does not."""
+    path = root / PATHS[module]
+    tree = _normalized_tree(path.read_text(), path, root)
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
@@ -319,26 +320,105 @@ def _is_internal_import(stmt: ast.stmt) -> bool:
     )
 
 
-def _normalized_tree(source: str) -> ast.AST:
+def _module_file(importer: Path, stmt: ast.ImportFrom, root: Path) -> Path | None:
+    """The file an internal ``from … import`` reads (``from .._arrays import X`` in
+    ``attnsvm/model/_grad.py`` → ``attnsvm/_arrays.py``), or ``None`` when it is not a file of the tree."""
+    if stmt.level > 0:
+        base = importer.parent
+        for _ in range(stmt.level - 1):
+            base = base.parent
+    else:
+        base = root
+    parts = (stmt.module or "").split(".") if stmt.module else []
+    target = base.joinpath(*parts) if parts else base
+    for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _simple_binding(stmt: ast.stmt) -> tuple[str, ast.expr] | None:
+    """``NAME = expr`` or ``NAME: T = expr`` at module level, as ``(NAME, expr)``."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return stmt.targets[0].id, stmt.value
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+        return stmt.target.id, stmt.value
+    return None
+
+
+def _definition(path: Path, name: str, root: Path, depth: int = 0) -> str | None:
+    """``ast.dump`` of the expression that ``name`` is bound to at module level in ``path`` (following
+    internal re-exports), or ``None`` when it is not a simple binding (a function, a class, a guard...)."""
+    if depth > 8:
+        return None
+    tree = ast.parse(path.read_text())
+    for stmt in tree.body:
+        bound = _simple_binding(stmt)
+        if bound is not None and bound[0] == name:
+            return ast.dump(bound[1])
+        if isinstance(stmt, ast.ImportFrom) and _is_internal_import(stmt):
+            for a in stmt.names:
+                if (a.asname or a.name) == name:
+                    src = _module_file(path, stmt, root)
+                    return None if src is None else _definition(src, a.name, root, depth + 1)
+    return None
+
+
+def _normalized_tree(source: str, path: Path | None = None, root: Path = ROOT) -> ast.AST:
     """The syntax tree without what mutmut's mutants do not depend on: docstrings, dependency guards
-    (:func:`_is_dependency_guard`), and where the package's own imports come from and in which order:
-    in each body, the imports from ``attnsvm`` (relative or absolute) become one sorted list of the
+    (:func:`_is_dependency_guard`), ``__all__``, and where the package's own imports come from and in which
+    order: in each body, the imports from ``attnsvm`` (relative or absolute) become one sorted list of the
     names they bind (``from .grad import x`` and ``from ..model._grad import x`` both bind ``x``), so
-    that moving a module, or sorting its imports, keeps its results."""
+    that moving a module, or sorting its imports, keeps its results.
+
+    At module level (when ``path``, the module's file, is given) a name that is bound to an expression,
+    here (``EPS = float(np.finfo(np.float64).eps)``) or by an internal import of such a binding
+    (``from .._arrays import EPS``), becomes the pair (name, expression), and these pairs are sorted: moving
+    a constant or an array alias into a shared module, unchanged, keeps the context; changing its value
+    does not. The names that module-level internal imports bind to functions and classes are left out: a
+    name that an unchanged function reads is bound as before (or that function fails), and a new one is read
+    only by changed functions, whose mutants run again; what a moved function does is the other module's
+    code, which no mutant of this module's results covers (the assumption every per-module run makes).
+    """
     tree = _strip_docstrings(ast.parse(source))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if not isinstance(body, list) or not any(isinstance(s, ast.stmt) for s in body):
             continue
+        module_level = node is tree and path is not None
         kept = [s for s in body if not _is_dependency_guard(s)]
+        if module_level:
+            kept = [s for s in kept if (_simple_binding(s) or ("", None))[0] != "__all__"]
         internal = [s for s in kept if _is_internal_import(s)]
-        if internal:
-            bound = sorted({(a.name, a.asname or "") for s in internal for a in s.names})  # type: ignore[attr-defined]
-            merged = ast.ImportFrom(
-                module="<attnsvm>", names=[ast.alias(name=n, asname=a or None) for n, a in bound], level=0
+        bindings: list[tuple[str, str]] = []
+        names: set[tuple[str, str]] = set()
+        for s in internal:
+            for a in s.names:  # type: ignore[attr-defined]
+                expr = None
+                if module_level:
+                    src = _module_file(path, s, root)  # type: ignore[arg-type]
+                    expr = None if src is None else _definition(src, a.name, root)
+                if expr is None:
+                    if not module_level:
+                        names.add((a.name, a.asname or ""))
+                else:
+                    bindings.append((a.asname or a.name, expr))
+        rest = [s for s in kept if not _is_internal_import(s)]
+        if module_level:
+            local = [(b[0], ast.dump(b[1])) for s in rest if (b := _simple_binding(s)) is not None]
+            bindings += local
+            rest = [s for s in rest if _simple_binding(s) is None]
+        head: list[ast.stmt] = []
+        if names:
+            head.append(
+                ast.ImportFrom(
+                    module="<attnsvm>",
+                    names=[ast.alias(name=n, asname=a or None) for n, a in sorted(names)],
+                    level=0,
+                )
             )
-            kept = [merged] + [s for s in kept if not _is_internal_import(s)]
-        node.body = kept or [ast.Pass()]  # type: ignore[attr-defined]
+        head += [ast.Expr(ast.Constant(f"{n} = {e}")) for n, e in sorted(bindings)]
+        node.body = (head + rest) or [ast.Pass()]  # type: ignore[attr-defined]
     return tree
 
 
@@ -362,7 +442,8 @@ def function_hashes(module: str, root: Path = ROOT) -> dict[str, str]:
 def context_hash(module: str, root: Path = ROOT) -> str:
     """Hash of the module's code outside its functions and methods (normalized as in
     :func:`_normalized_tree`; each function reduced to its name): what every mutant may depend on."""
-    tree = _normalized_tree((root / PATHS[module]).read_text())
+    path = root / PATHS[module]
+    tree = _normalized_tree(path.read_text(), path, root)
 
     def strip(body: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
