@@ -30,6 +30,19 @@ Jacobian, float64): random and structured starting points, then projected ascent
 returns is attained (a lower bound on the true constant); the bound is an upper bound, so
 ``estimate ≤ Lip_R ≤ bound`` and ``bound / estimate`` measures how tight the bound is.
 
+Masks (:attr:`~attnsvm.Instance.mask`). A masked token has weight exactly 0 for every ``W``, so its
+entry of ``s`` is constant and it takes no part in its sequence's weights, output or logits: sequence
+``i`` acts on its ``T_i`` allowed tokens. Every function here equals the same function on the instance
+with the masked tokens deleted, sequence by sequence, combined as above (the rows of ``𝓛`` and ``J`` are
+those of the allowed tokens, ``Σ_i T_i`` of them; ``κ_i`` from sequence ``i``'s allowed tokens; a
+sequence with one allowed token has constant weight 1 and output ``a_it`` for the normalised kinds, so
+``κ_i = 0`` and its Jacobian block is 0). Masked tokens are never read (every function reads
+:attr:`~attnsvm.Instance.keys`, with the masked tokens zeroed, and restricts maxima, spreads and
+log-sum-exps to the allowed tokens), so their size sets no scale, norm, factor or search cap, and no
+``−inf`` logit enters an arithmetic operation (the torch heads put ``−inf`` only into a softmax, after
+the finite max of the allowed logits). :meth:`~attnsvm.Instance.from_sequences` instances (causal or
+not) are masked instances.
+
 Scale (issue 13's contract). Scaling ``X → 2^a X``, ``z → 2^b z`` with ``R → 2^-(a+b) R`` keeps every
 logit, so the weights constant scales by ``2^(a+b)``; ``v → 2^c v`` scales the values, so the output
 constant scales by ``2^(2a+b+c)``. Every function here uses this instead of refusing: the bound
@@ -63,7 +76,7 @@ if TYPE_CHECKING:  # torch is imported where it is used: `import attnsvm` stays 
 from ._deps import require
 from .errors import AttnSVMError, NumericalError, unknown_name
 from .model._attention import KINDS
-from .model._instance import Instance, require_unmasked
+from .model._instance import Instance
 from .scaling import FLOAT_MAX, FLOAT_TINY, check_log_representable, pow2_exponent, range_error
 
 __all__ = [
@@ -101,9 +114,12 @@ def bound_rounding_rtol(inst: Instance) -> float:
     ``m·(2d + 2)·eps·||G||₂`` in norm (Gershgorin). Taking ``c = 8`` and halving nothing for the
     square root (the root halves a relative error) gives ``rtol = (8m + m(2d + 2))·eps`` with
     ``m = nT``; the factors ``κ_i`` (a handful of correctly-rounded operations) are covered by it.
+
+    Masks: ``m = Σ_i T_i``, the number of allowed tokens (the rows of the logit map and of the Gram
+    eigenproblem, from which the masked rows are removed): the allowance of the instance with the
+    masked tokens deleted.
     """
-    require_unmasked(inst, "attnsvm.lipschitz.bound_rounding_rtol")
-    m = inst.n * inst.T
+    m = inst.n * inst.T if inst.mask is None else int(np.count_nonzero(inst.mask))
     return float((8 * m + m * (2 * inst.d + 2)) * _EPS)
 
 
@@ -228,10 +244,22 @@ def _kron_gram(
 
 
 def _kron_norm(
-    zm: FloatArray, ze: IntArray, ym: FloatArray, ye: IntArray, km: FloatArray, ke: IntArray
+    zm: FloatArray,
+    ze: IntArray,
+    ym: FloatArray,
+    ye: IntArray,
+    km: FloatArray,
+    ke: IntArray,
+    rows: NDArray[np.intp] | None = None,
 ) -> tuple[float, int]:
-    """``||K 𝓡||₂ = λ_max(M)^½ · 2^E`` (see :func:`_kron_gram`) as a normalised pair ``(m, e)``."""
+    """``||K 𝓡||₂ = λ_max(M)^½ · 2^E`` (see :func:`_kron_gram`) as a normalised pair ``(m, e)``.
+
+    ``rows``: the flat indices ``i·R + r`` of the rows that exist (the allowed tokens of a masked
+    instance, whose other rows are 0); the eigenproblem is solved on those rows only, the Gram of the
+    instance with the masked tokens deleted (``None``: every row)."""
     M, E = _kron_gram(zm, ze, ym, ye, km, ke)
+    if rows is not None:
+        M = M[np.ix_(rows, rows)]
     m, e = math.frexp(math.sqrt(_lam_max(M)))
     return m, e + E
 
@@ -240,7 +268,12 @@ class _Split:
     """The data of an instance split into mantissas and power-of-two exponents (per token, per query)."""
 
     def __init__(self, inst: Instance) -> None:
-        self.xm, self.xe = _split(inst.X)  # (n, T, d), (n, T)
+        # Masks: the keys (masked tokens zeroed) are read, so a masked token sets no exponent, norm or
+        # value; ``allowed`` is the mask (``None`` when unmasked) and ``rows`` the flat indices
+        # ``i·T + t`` of the allowed tokens, the rows of the logit map that exist.
+        self.allowed: NDArray[np.bool_] | None = inst.mask
+        self.rows: NDArray[np.intp] | None = None if inst.mask is None else np.flatnonzero(inst.mask)
+        self.xm, self.xe = _split(inst.keys)  # (n, T, d), (n, T)
         self.zm, self.ze = _split(inst.z)  # (n, d), (n,)
         vm, ve = _split(inst.v[None, :])
         self.vm: FloatArray = vm[0]
@@ -271,6 +304,11 @@ def logit_gram(inst: Instance) -> FloatArray:
     :class:`~attnsvm.NumericalError` (``scaling.range_error``) when that entry is beyond
     ``[2.2e-308, 1.8e308]`` (entries ``2^−1022`` below it may be subnormal or 0: normwise negligible).
 
+    Masks: a masked token has no logit (weight 0 for every ``W``), so its row of ``𝓛`` is absent: its
+    row and column of ``G`` are exactly 0 and the allowed rows and columns, ``G[allowed][:, allowed]``
+    (``allowed = inst.allowed.ravel()``), are the Gram of the instance with the masked tokens deleted
+    (sequence by sequence, in the same order). A masked token sets no scale (its size is never read).
+
     References: Gao, Song, Xie, arXiv 2307.02419 (tensor trick).
 
     Args:
@@ -279,7 +317,6 @@ def logit_gram(inst: Instance) -> FloatArray:
     Returns:
       ``G``, shape ``(n·T, n·T)``, rows ordered by sequence then token.
     """
-    require_unmasked(inst, "attnsvm.lipschitz.logit_gram")
     sp = _Split(inst)
     M, E = _kron_gram(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones)
     if not np.any(M):
@@ -300,6 +337,10 @@ def logit_norm(inst: Instance) -> float:
     exactly); relative accuracy ``~(8m + m(2d + 2))·eps``, ``m = nT``; 0 exactly when ``X`` or ``z`` is 0;
     raises :class:`~attnsvm.NumericalError` when ``||𝓛||₂`` is outside ``[2.2e-308, 1.8e308]``.
 
+    Masks: the map ``W ↦ (x_itᵀ W z_i)`` over the allowed tokens only (``m = Σ_i T_i`` rows): the norm of
+    the instance with the masked tokens deleted; the eigenproblem is solved on the allowed rows of
+    :func:`logit_gram`. Masked tokens are never read (any finite size).
+
     References: Gao, Song, Xie, arXiv 2307.02419.
 
     Args:
@@ -308,9 +349,8 @@ def logit_norm(inst: Instance) -> float:
     Returns:
       ``||𝓛||₂ ≥ 0`` (a float).
     """
-    require_unmasked(inst, "attnsvm.lipschitz.logit_norm")
     sp = _Split(inst)
-    m, e = _kron_norm(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones)
+    m, e = _kron_norm(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones, rows=sp.rows)
     if m == 0.0:
         return 0.0
     check_log_representable("the logit-map norm ||L||_2", math.log(m) + e * _LN2, remedy="rescale X or z")
@@ -320,7 +360,8 @@ def logit_norm(inst: Instance) -> float:
 #: Rounding allowance of a max-weight bound's log, per unit of the largest exponent magnitude it
 #: combines (see ``_log_max_weight``): relative rounding of the norms (d + 3 roundings each), of the
 #: products (3), and of log-sum-exp/logaddexp (T + 4), doubled.
-def _log_weight_ulps(d: int, T: int) -> float:
+def _log_weight_ulps(d: int, T: Any) -> Any:
+    # (``T`` an int, or the per-sequence counts ``T_i`` of a masked instance as an array)
     return 2.0 * (2 * d + T + 16)
 
 
@@ -341,6 +382,10 @@ def _log_max_weight(sp: _Split, kind: str, radius: float, *, rounded_up: bool) -
     ``+inf`` and its term ``e^−inf = 0`` is then exact to float64. ``rounded_up=True`` adds the
     rounding allowance ``_log_weight_ulps·eps·(1 + max|exponent| + |q|)`` (the absolute error of
     the log) and caps at ``log 1 = 0``, so that the returned ``p`` is an upper bound after rounding.
+
+    Masks: the sums run over the allowed ``u ≠ t`` and the max over the allowed ``t`` only (a masked
+    token has weight 0): the bound of the sequence with its masked tokens deleted. A sequence with one
+    allowed token gets ``p_i = 1`` (its weight), exactly.
     """
     n, T, d = sp.xm.shape
     mR, eR = math.frexp(radius)
@@ -359,6 +404,8 @@ def _log_max_weight(sp: _Split, kind: str, radius: float, *, rounded_up: bool) -
             Rc = np.ldexp(mR * cm, eR + sp.xn[1] + zn_e[:, None])  # R c_it, +inf beyond 1.8e308
             expo = -Rc[:, None, :] - np.log1p(Rc)[:, :, None]
     mask = np.eye(T, dtype=bool)[None, :, :]
+    if sp.allowed is not None:  # a masked u is no term of the sum (its weight is 0 for every W)
+        mask = mask | ~sp.allowed[:, None, :]
     expo = np.where(mask, -np.inf, expo)
     m = np.max(expo, axis=-1, keepdims=True)
     # log-sum-exp over u ≠ t, shifted by the max; every term −inf (all beyond float64) gives q = −inf.
@@ -380,7 +427,11 @@ def _log_max_weight(sp: _Split, kind: str, radius: float, *, rounded_up: bool) -
         # allowance is then inf and the cap log 1 = 0 binds, which is still an upper bound (p = 1).
         with np.errstate(over="ignore"):
             size = 1.0 + np.max(fin, axis=-1) + np.where(np.isfinite(q), np.abs(q), 0.0)
-        logp = np.minimum(0.0, logp + _log_weight_ulps(d, T) * _EPS * size)
+        # (a masked instance: the rounding of each sequence's T_i-term log-sum-exp)
+        Tw = T if sp.allowed is None else np.count_nonzero(sp.allowed, axis=1)[:, None]
+        logp = np.minimum(0.0, logp + _log_weight_ulps(d, Tw) * _EPS * size)
+    if sp.allowed is not None:  # the max over the allowed t only (every sequence has one)
+        logp = np.where(sp.allowed, logp, -np.inf)
     return np.asarray(np.max(logp, axis=1))
 
 
@@ -525,13 +576,21 @@ def lipschitz_bound(
     ``_log_weight_ulps·eps·(1 + |exponent|)`` in the log); the linear output bound is exact to
     ``rounding_rtol`` relative plus the values' rounding ``~d·eps·|x|·|v|`` absolute.
 
+    Masks: a masked token has weight 0 for every ``W``, so its row of ``s`` is constant (it adds nothing
+    to the constant) and it takes no part in sequence ``i``'s weights, output or logits: sequence ``i``
+    acts on its ``T_i`` allowed tokens. The bound is that of the instance with the masked tokens deleted,
+    sequence by sequence, combined as above: ``κ_i`` from the allowed tokens of sequence ``i`` (``p_i`` and
+    the spread ``max_t a_it − min_t a_it`` over them), ``𝓛`` and ``K𝓛`` with the allowed rows only
+    (``Σ_i T_i`` of them, also in ``rounding_rtol``). A sequence with one allowed token has weight 1 and
+    output ``a_it`` for every ``W`` (softmax and normalized_linear): ``κ_i = 0`` exactly. A masked token is
+    never read, so its size (any finite number) changes nothing.
+
     Returns:
       :class:`LipschitzBound` (``float()`` gives the bound).
 
     Raises:
       NumericalError: the bound (``value`` or ``nominal``) is outside ``[2.2e-308, 1.8e308]``.
     """
-    require_unmasked(inst, "attnsvm.lipschitz.lipschitz_bound")
     _check_common(kind, of, wrt)
     R = _check_radius(radius)
     n, T, d = inst.shape
@@ -541,7 +600,10 @@ def lipschitz_bound(
     # the sizes of X, z and v (the naive form squared κ_i and lost 1e-149-sized bounds to 0), the
     # candidates are compared exactly, and only the returned value must be a normal double.
     sp = _Split(inst)
-    Lm, Le = _kron_norm(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones)
+    rows = sp.rows  # None, or the allowed tokens' rows (masks: the deleted instance's rows)
+    Lm, Le = _kron_norm(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones, rows=rows)
+    # sequences whose normalised weights are constant (one allowed token): κ_i = 0 exactly
+    single = None if sp.allowed is None else np.count_nonzero(sp.allowed, axis=1) == 1
     cands: dict[str, tuple[float, int]]
     if kind == "linear":
         km, ke = sp.ones
@@ -560,6 +622,8 @@ def lipschitz_bound(
         logp = _log_max_weight(sp, kind, R, rounded_up=True)
         if of == "weights":
             log_kappa = np.minimum(math.log(0.5), logp)
+            if single is not None:
+                log_kappa = np.where(single, -np.inf, log_kappa)
             # where the cap binds, _pair_from_log(log ½) is exactly (0.5, 0): floor(log ½ / ln 2) = −1
             # (log ½ = −ln 2 exactly in float64), exp(0) = 1, frexp(1) = (½, 1)
             km, ke = _pair_from_log(log_kappa)
@@ -570,8 +634,13 @@ def lipschitz_bound(
             # rounding of the values a = Xv (a d-term dot product: ≤ γ_d Σ|x||v| ≤ 1.01·d·eps·||x||·||v||
             # each, twice for a difference, and the subtraction itself), so κ_i is an upper bound also
             # where the values nearly cancel.
-            xsn = np.linalg.norm(sp.xs, axis=-1)  # ≤ √d
-            spread = (np.max(sp.as_, axis=1) - np.min(sp.as_, axis=1)) * (1 + 2 * _EPS) + (
+            xsn = np.linalg.norm(sp.xs, axis=-1)  # ≤ √d (a masked token's is 0: no part in the max)
+            if sp.allowed is None:
+                hi, lo = np.max(sp.as_, axis=1), np.min(sp.as_, axis=1)
+            else:  # the spread of the allowed values (a masked token's 0 is no value of the sequence)
+                hi = np.max(np.where(sp.allowed, sp.as_, -np.inf), axis=1)
+                lo = np.min(np.where(sp.allowed, sp.as_, np.inf), axis=1)
+            spread = (hi - lo) * (1 + 2 * _EPS) + (
                 4 * (d + 2) * _EPS * np.max(xsn, axis=1) * float(np.linalg.norm(sp.vm))
             )
             # κ_i = min(√2/4, √p_i/2) · spread_i as a product of pairs: the factor is scale-free, the
@@ -580,6 +649,8 @@ def lipschitz_bound(
             sm, s_e = np.frexp(spread)
             km, k2 = np.frexp(fm * sm)
             ke = (fe + s_e + k2 + sp.se + sp.ve).astype(np.int64)
+            if single is not None:
+                km, ke = np.where(single, 0.0, km), np.where(single, 0, ke)
             log_kappa = _pair_log(km, ke)
             i_max = int(np.argmax(log_kappa))
             cap = (float(km[i_max]), int(ke[i_max]))
@@ -587,7 +658,7 @@ def lipschitz_bound(
         cm, ce = math.frexp(cap[0] * Lm)
         cands = {
             cap_name: (cm, ce + cap[1] + Le),
-            "||K L||_2": _kron_norm(sp.zm, sp.ze, sp.xm, sp.xe, km, ke),
+            "||K L||_2": _kron_norm(sp.zm, sp.ze, sp.xm, sp.xe, km, ke, rows=rows),
         }
     formula = min(cands, key=lambda k: _pair_key(*cands[k]))
     nm, ne = cands[formula]
@@ -642,6 +713,32 @@ def _torch_head(kind: str, of: str) -> Callable[[torch.Tensor, torch.Tensor], to
             # branch finite so that autograd never multiplies 0 by inf); then a stable softmax.
             logphi = torch.where(l > 0, torch.log1p(torch.clamp(l, min=0.0)), torch.clamp(l, max=0.0))
             s = torch.softmax(logphi, dim=-1)
+        return s if of == "weights" else (s * a).sum(dim=-1, keepdim=True)
+
+    return head
+
+
+def _torch_masked_head(
+    kind: str, of: str
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """:func:`_torch_head` of a masked sequence: ``head(l, a, m)`` with ``m`` boolean ``(T,)`` (``True`` =
+    allowed, at least one). A masked token gets weight exactly 0 for every logit (``linear``: ``s_t = 0``;
+    the normalised kinds: its base ``−inf`` before the softmax, which subtracts the finite max of the
+    allowed ones, so ``e^−inf = 0`` and never ``−inf − (−inf)``), hence a 0 row and column of ``∂s/∂l``:
+    the head of the sequence with the masked tokens deleted, padded with zeros."""
+    import torch
+
+    def head(l: torch.Tensor, a: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        if kind == "linear":
+            s = torch.where(m, l, torch.zeros_like(l))
+        else:
+            base = (
+                l
+                if kind == "softmax"
+                else torch.where(l > 0, torch.log1p(torch.clamp(l, min=0.0)), torch.clamp(l, max=0.0))
+            )
+            # (torch.where routes no gradient to the constant branch: the masked logits get none)
+            s = torch.softmax(torch.where(m, base, torch.full_like(base, -math.inf)), dim=-1)
         return s if of == "weights" else (s * a).sum(dim=-1, keepdim=True)
 
     return head
@@ -717,6 +814,13 @@ def lipschitz_estimate(
     differ by more than ~``2^1000`` it sees their logits only approximately, and the returned value is
     still attained (a lower bound).
 
+    Masks: the map of the instance with the masked tokens deleted (module docstring): the search's
+    Jacobian uses the masked head (weight 0 at masked tokens) and the allowed rows of the logit Gram,
+    the candidate ``V₁`` is the top singular vector of the allowed rows, and the sampling scales and the
+    search cap come from the allowed tokens; the returned value is :func:`jacobian_norm` of the masked
+    instance at ``W``, which equals that of the deleted data. Masked tokens of any finite size change
+    nothing.
+
     Returns:
       :class:`LipschitzEstimate`; ``.W`` (shape ``(d, d)``) attains ``.value``.
 
@@ -727,7 +831,6 @@ def lipschitz_estimate(
         coincide). A point whose Jacobian is below that level (saturated: two tied tokens at huge
         logits) is passed over for the next largest one that resolves.
     """
-    require_unmasked(inst, "attnsvm.lipschitz.lipschitz_estimate")
     require("torch", feature="lipschitz_estimate")  # pragma: no mutate
     import torch
 
@@ -775,12 +878,27 @@ def lipschitz_estimate(
     G_np, E_gram = _kron_gram(sp.zm, sp.ze, sp.xm, sp.xe, *sp.ones)
     G4 = torch.as_tensor(G_np.reshape(n, T, n, T), dtype=torch.float64)
     # ∂(head)/∂l per sequence: (n, T, T) for weights, (n, 1, T) for the output.
-    dhead = torch.func.vmap(torch.func.jacrev(_torch_head(kind, of), argnums=0))
+    # Masks: the masked head (0 rows and columns at masked tokens, ``_torch_masked_head``); the weights'
+    # eigenproblem keeps the allowed rows only (``keep``), as for the deleted instance.
+    keep = None
+    if orig.mask is None:
+        dhead = torch.func.vmap(torch.func.jacrev(_torch_head(kind, of), argnums=0))
+    else:
+        mt = torch.as_tensor(np.array(orig.mask))
+        dmask = torch.func.vmap(torch.func.jacrev(_torch_masked_head(kind, of), argnums=0))
+
+        def dhead(l: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+            return dmask(l, a, mt)
+
+        if of == "weights":
+            keep = torch.as_tensor(np.flatnonzero(orig.mask))
 
     def sigma(w: torch.Tensor) -> torch.Tensor:
         l = torch.einsum("ntd,nd->nt", X, z @ w.reshape(d, d).T)
         D = dhead(l, a)  # (n, k, T)
         M = torch.einsum("iab,ibjc,jdc->iajd", D, G4, D).reshape(n * D.shape[1], n * D.shape[1])
+        if keep is not None:
+            M = M[keep][:, keep]
         if not bool(torch.isfinite(M).all()):  # logits beyond float64: reported by value()
             return torch.full((), math.nan, dtype=torch.float64)
         lam = torch.linalg.eigvalsh(M)[-1]
@@ -809,8 +927,14 @@ def lipschitz_estimate(
     # Structured candidates: the origin and the top right singular vector of the logit map.
     cands: list[FloatArray] = [np.zeros(d * d)]
     if _lam_max(G_np) > 0.0:
-        _, vecs = np.linalg.eigh(G_np)
-        u = vecs[:, -1].reshape(n, T)
+        if sp.rows is None:
+            _, vecs = np.linalg.eigh(G_np)
+            u = vecs[:, -1].reshape(n, T)
+        else:  # the allowed rows' Gram (the deleted instance's), its eigenvector put back with 0s
+            _, vecs = np.linalg.eigh(G_np[np.ix_(sp.rows, sp.rows)])
+            uf = np.zeros(n * T)
+            uf[sp.rows] = vecs[:, -1]
+            u = uf.reshape(n, T)
         V1 = np.einsum("it,itd,ie->de", u, inst.X, inst.z)  # Σ u_it x_it z_iᵀ ∝ 𝓛ᵀu
         nv = float(np.linalg.norm(V1))
         if nv > 0.0:
@@ -823,6 +947,8 @@ def lipschitz_estimate(
     zn = np.linalg.norm(inst.z, axis=1)
     c = np.linalg.norm(inst.X, axis=-1) * zn[:, None]
     dif = np.linalg.norm(inst.X[:, :, None, :] - inst.X[:, None, :, :], axis=-1) * zn[:, None, None]
+    # (masks: a masked token is 0 here, so its scales are 0, dropped, or ||x_it − 0||·||z_i|| = c_it,
+    # already among the scales: the deleted instance's lo_r and hi_r, and no scale of the masked token)
     scales = np.concatenate([c.ravel(), dif.ravel()])
     scales = scales[scales > 0]
     lo_r = 0.1 / float(np.max(scales)) if scales.size else R
@@ -927,6 +1053,12 @@ def jacobian_norm(inst: Instance, W: ArrayLike, kind: str = "softmax", of: str =
     resolved), except that a Jacobian identically 0 for the data (``_structurally_zero``, decided
     exactly on the original data, before any rescaling) returns 0.
 
+    Masks: ``J`` has the rows of the allowed weights only (``Σ_i T_i`` rows; outputs ``n``), each
+    sequence's block the Jacobian of its allowed tokens' map (masked weights are 0 for every ``W``), and
+    the per-sequence scale, floor and structural-zero test read the allowed tokens only: the value of
+    the instance with the masked tokens deleted. A sequence with one allowed token has a 0 block (its
+    normalised weight is the constant 1).
+
     Returns:
       ``||J(W)||₂`` (a float).
 
@@ -934,7 +1066,6 @@ def jacobian_norm(inst: Instance, W: ArrayLike, kind: str = "softmax", of: str =
       NumericalError: the value is outside ``[2.2e-308, 1.8e308]``; ``W`` on a sequence's scale (the
         logits) overflows; or the value is below the rounding level of its computation.
     """
-    require_unmasked(inst, "attnsvm.lipschitz.jacobian_norm")
     _check_common(kind, of, "W")
     Wa = inst.check_weights(W)
     # Structural zero is decided on the ORIGINAL data (on rescaled data an underflowed sequence looks
@@ -964,17 +1095,18 @@ def _normalized(inst: Instance) -> tuple[Instance, int, int, int]:
     with ``z̃ = z/2^ez``. (Giving ``z = x_i0`` the exponent of ``X`` left ``z̃`` tiny when the first
     tokens are far smaller than the others — ``2^−600`` next to tokens of size 1 — and the logit Gram
     ``||z̃||²||x̃||²`` of the rescaled data underflowed although the constant is representable.)
+    A masked instance keeps its mask; its masked tokens become 0 (the keys), so they set no exponent.
     Entries more than ``2^1022`` below their array's largest land in the subnormal band (normwise
     negligible).
     """
-    eX = pow2_exponent(inst.X)
+    eX = pow2_exponent(inst.keys)  # masks: the keys (masked tokens 0) set the scale, and are kept
     ez = pow2_exponent(inst.z)
     ev = pow2_exponent(inst.v)
     with np.errstate(under="ignore"):
-        X = np.ldexp(inst.X, -eX)
+        X = np.ldexp(inst.keys, -eX)
         v = np.ldexp(inst.v, -ev)
         z = np.ldexp(inst.z, -ez)
-    return Instance(X, inst.Y, v, z), eX, ez, ev
+    return Instance(X, inst.Y, v, z, mask=inst.mask), eX, ez, ev
 
 
 def _jacobian_shift(eX: int, ez: int, ev: int, of: str) -> tuple[int, int]:
@@ -1038,14 +1170,24 @@ JACOBIAN_ULPS = 4.0
 
 
 def _jacobian_floors(
-    Xh: FloatArray, zh: FloatArray, vh: FloatArray, Wh: FloatArray, kind: str, of: str
+    Xh: FloatArray,
+    zh: FloatArray,
+    vh: FloatArray,
+    Wh: FloatArray,
+    kind: str,
+    of: str,
+    counts: IntArray | None = None,
 ) -> FloatArray:
     """Absolute error bound of each sequence's computed Jacobian block on its own O(1) scale, ``(n,)``.
 
     ``Xh``, ``zh``, ``vh``: the data rescaled per sequence (largest entries in ``[½, 1)``); ``Wh``: each
     sequence's point on that scale, ``(n, d²)``. The ``nT`` of the SVD term counts every row of ``J``.
+    ``counts``: a masked instance's allowed tokens per sequence ``T_i`` (``Xh`` its keys, masked tokens
+    0): ``T_i`` replaces ``T`` and ``Σ_i T_i`` replaces ``nT``, the floors of the deleted instance.
     """
     n, T, d = Xh.shape
+    if counts is not None:
+        return _jacobian_floors_counts(Xh, zh, vh, Wh, kind, of, counts)
     with np.errstate(under="ignore"):  # entries 2^1022 below their sequence's largest: negligible here
         xn = np.linalg.norm(Xh, axis=-1)
         zn = np.linalg.norm(zh, axis=1)
@@ -1059,6 +1201,24 @@ def _jacobian_floors(
     return np.asarray(JACOBIAN_ULPS * (n * T + d * d + T + 2 + 2 * d * (1.0 + lam)) * _EPS * lf * a)
 
 
+def _jacobian_floors_counts(
+    Xh: FloatArray, zh: FloatArray, vh: FloatArray, Wh: FloatArray, kind: str, of: str, counts: IntArray
+) -> FloatArray:
+    """:func:`_jacobian_floors` with ``T_i`` allowed tokens per sequence (masked keys are 0)."""
+    n, _, d = Xh.shape
+    Ti = counts.astype(np.float64)
+    with np.errstate(under="ignore"):
+        xn = np.linalg.norm(Xh, axis=-1)
+        zn = np.linalg.norm(zh, axis=1)
+        c = xn * zn[:, None]
+        lf = np.linalg.norm(c, axis=1)
+        lam = np.max(c, axis=1) * np.array([_fro(w) for w in Wh])
+    with np.errstate(under="ignore"):
+        a = np.ones(n) if of == "weights" else Ti * np.max(np.abs(Xh) @ np.abs(vh), axis=1)
+    m = float(np.sum(Ti))
+    return np.asarray(JACOBIAN_ULPS * (m + d * d + Ti + 2 + 2 * d * (1.0 + lam)) * _EPS * lf * a)
+
+
 def _zero_sequences(inst: Instance, kind: str, of: str) -> NDArray[np.bool_]:
     """Per sequence, whether its Jacobian block ``J_i(W)`` is 0 at every ``W``, decided exactly on the data.
 
@@ -1066,7 +1226,13 @@ def _zero_sequences(inst: Instance, kind: str, of: str) -> NDArray[np.bool_]:
     Jacobian is ``D_i 𝓛_i`` with ``D_i 1 = 0``); for the output also when all its values ``vᵀx_it``
     are equal, which holds exactly when ``v_k = 0`` or ``x_itk = x_i0k`` for every coordinate ``k``
     (for linear outputs: all values 0, i.e. every token orthogonal to ``v`` term by term, or ``v = 0``).
+
+    Masks: over the allowed tokens only (the masked ones have weight 0 for every ``W``): compared with
+    the sequence's first allowed token, so a sequence with one allowed token is constant for the
+    normalised kinds; for linear, the keys (masked tokens read as 0) decide it.
     """
+    if inst.mask is not None:
+        return _zero_sequences_masked(inst, kind, of)
     X, z, v = inst.X, inst.z, inst.v
     zero_z = ~np.any(z != 0, axis=1)
     if kind == "linear":
@@ -1077,6 +1243,24 @@ def _zero_sequences(inst: Instance, kind: str, of: str) -> NDArray[np.bool_]:
     if of == "weights":
         return np.asarray(zero_z | same_x)
     same_a = np.all((v[None, None, :] == 0) | (X == X[:, :1, :]), axis=(1, 2))
+    return np.asarray(zero_z | same_x | same_a)
+
+
+def _zero_sequences_masked(inst: Instance, kind: str, of: str) -> NDArray[np.bool_]:
+    """:func:`_zero_sequences` of a masked instance: the allowed tokens of each sequence only."""
+    X, z, v = inst.keys, inst.z, inst.v
+    zero_z = ~np.any(z != 0, axis=1)
+    if kind == "linear":  # (a masked token is a zero key: it never makes the block nonzero)
+        if of == "weights":
+            return np.asarray(zero_z | ~np.any(X != 0, axis=(1, 2)))
+        return np.asarray(zero_z | np.all((v[None, None, :] == 0) | (X == 0), axis=(1, 2)))
+    allowed = inst.allowed[:, :, None]
+    first = X[np.arange(inst.n), np.argmax(inst.allowed, axis=1)][:, None, :]  # the first allowed token
+    same = X == first
+    same_x = np.all(same | ~allowed, axis=(1, 2))
+    if of == "weights":
+        return np.asarray(zero_z | same_x)
+    same_a = np.all((v[None, None, :] == 0) | same | ~allowed, axis=(1, 2))
     return np.asarray(zero_z | same_x | same_a)
 
 
@@ -1104,18 +1288,23 @@ def _jacobian_pair(
     Raises NumericalError when ``Ŵ_i`` or the Jacobian is not finite (logits beyond float64), or when
     the norm is at or below the combined rounding floor ``(Σ_i (floor_i·2^k_i)²)^½`` (``_jacobian_floors``);
     with ``unresolved="none"`` the latter returns ``None`` instead (the estimate then tries its next point).
+
+    Masks: the keys (masked tokens 0) set each sequence's scale, the masked head gives masked tokens
+    weight 0 (0 rows and columns of the block), the floors use ``T_i`` and ``Σ_i T_i``, and the SVD runs on
+    the allowed rows of the weights Jacobian: the deleted instance's ``J``.
     """
     require("torch", feature="the attained Jacobian (jacobian_norm, lipschitz_estimate)")  # pragma: no mutate
     import torch
 
     n, T, d = inst.shape
     live = ~_zero_sequences(inst, kind, of)
-    a = np.frexp(np.max(np.abs(inst.X), axis=(1, 2)))[1].astype(np.int64)
+    # (masks: the keys, masked tokens 0: a masked token sets no sequence's scale)
+    a = np.frexp(np.max(np.abs(inst.keys), axis=(1, 2)))[1].astype(np.int64)
     b = np.frexp(np.max(np.abs(inst.z), axis=1))[1].astype(np.int64)
     ev = pow2_exponent(inst.v)
     w = np.asarray(W, dtype=np.float64).reshape(-1)
     with np.errstate(under="ignore"):  # entries 2^1022 below their sequence's largest: negligible
-        Xh = np.ldexp(inst.X, -a[:, None, None])
+        Xh = np.ldexp(inst.keys, -a[:, None, None])
         zh = np.ldexp(inst.z, -b[:, None])
         vh = np.ldexp(inst.v, -ev)
         ah = Xh @ vh
@@ -1134,13 +1323,24 @@ def _jacobian_pair(
                 math.log(big) + (int(a[i] + b[i]) - wshift) * _LN2,
                 remedy="Use a smaller W or rescale the data",
             )
-    head = _torch_head(kind, of)
-
-    def block(wi: torch.Tensor, Xi: torch.Tensor, zi: torch.Tensor, ai: torch.Tensor) -> torch.Tensor:
-        return head(Xi @ (wi.reshape(d, d) @ zi), ai)  # logits l_t = x̂_tᵀ Ŵ ẑ (row-major Ŵ)
-
     tens = [torch.as_tensor(np.array(t), dtype=torch.float64) for t in (Wh, Xh, zh, ah)]
-    J = torch.func.vmap(torch.func.jacrev(block, argnums=0))(*tens).detach().numpy()  # (n, r, d²)
+    if inst.mask is None:
+        head = _torch_head(kind, of)
+
+        def block(wi: torch.Tensor, Xi: torch.Tensor, zi: torch.Tensor, ai: torch.Tensor) -> torch.Tensor:
+            return head(Xi @ (wi.reshape(d, d) @ zi), ai)  # logits l_t = x̂_tᵀ Ŵ ẑ (row-major Ŵ)
+
+        J = torch.func.vmap(torch.func.jacrev(block, argnums=0))(*tens).detach().numpy()  # (n, r, d²)
+    else:
+        mhead = _torch_masked_head(kind, of)
+
+        def mblock(
+            wi: torch.Tensor, Xi: torch.Tensor, zi: torch.Tensor, ai: torch.Tensor, mi: torch.Tensor
+        ) -> torch.Tensor:
+            return mhead(Xi @ (wi.reshape(d, d) @ zi), ai, mi)
+
+        tens.append(torch.as_tensor(np.array(inst.mask)))
+        J = torch.func.vmap(torch.func.jacrev(mblock, argnums=0))(*tens).detach().numpy()
     if not np.all(np.isfinite(J)):
         nrm_m, nrm_e = math.frexp(_fro(w))
         raise NumericalError(
@@ -1152,7 +1352,8 @@ def _jacobian_pair(
     k = a + b + ((a + ev) if of == "output" else 0)
     mx = np.max(np.abs(J), axis=(1, 2))
     nz = mx > 0
-    floors = np.where(live, _jacobian_floors(Xh, zh, vh, Wh, kind, of), 0.0)
+    counts = None if inst.mask is None else np.count_nonzero(inst.mask, axis=1)
+    floors = np.where(live, _jacobian_floors(Xh, zh, vh, Wh, kind, of, counts), 0.0)
     # E: the exponent of the largest block entry or floor (live sequences have a positive floor), so
     # both are ≤ 1 on the common scale (no overflow of the floor's sum of squares)
     E = int(np.max((k + np.frexp(np.maximum(mx, floors))[1])[live]))
@@ -1160,7 +1361,10 @@ def _jacobian_pair(
         # Scale: the blocks on the common scale 2^E of the largest (entries ≤ 1), not one rescaling for all
         Js = np.ldexp(J, (k - E)[:, None, None])
         floor = math.sqrt(float(np.sum(np.ldexp(floors, k - E) ** 2)))
-    val = float(np.linalg.svd(Js.reshape(-1, d * d), compute_uv=False)[0]) if nz.any() else 0.0
+    Jf = Js.reshape(-1, d * d)
+    if inst.mask is not None and of == "weights":
+        Jf = Jf[np.flatnonzero(inst.mask)]  # the rows of the allowed weights: the deleted instance's J
+    val = float(np.linalg.svd(Jf, compute_uv=False)[0]) if nz.any() else 0.0
     if val > floor:
         m, e = math.frexp(val)
         return m, e + E

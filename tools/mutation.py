@@ -131,6 +131,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_scale_lipschitz.py",
         "tests/test_lipschitz_estimate_edges.py",
         "tests/test_lipschitz_bound_edges.py",
+        "tests/test_masks_lipschitz.py",
         "properties/test_lipschitz.py",
         "properties/test_scale_lipschitz.py",
     ],
