@@ -234,7 +234,16 @@ def test_counterexample_confirmation_separates_artefacts_from_survivors():
 CONSTANT_NAME = r"\b[A-Z][A-Z0-9]+(?:_[A-Z0-9]+)+\b"
 
 #: Families cheap enough at size "tiny" (< 1 s each) to run in these tests.
-CHEAP_FAMILIES = ("saturation", "textbook_gd", "convergence", "local_global", "regpath", "svm", "multitoken")
+CHEAP_FAMILIES = (
+    "saturation",
+    "textbook_gd",
+    "convergence",
+    "local_global",
+    "regpath",
+    "svm",
+    "multitoken",
+    "seq2seq",
+)
 
 
 class _TextOnly(HTMLParser):

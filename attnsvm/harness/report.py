@@ -261,12 +261,13 @@ def draw_figure(fig: Figure) -> Any:
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         ax.grid(True, which="major", alpha=0.3)
-        if panel.note and panel.note_loc == "below":  # under the x label
-            ax.text(
-                0.5,
-                -0.2,
+        if panel.note and panel.note_loc == "below":  # under the x label, whatever the tick labels' height
+            ax.annotate(
                 panel.note,
-                transform=ax.transAxes,
+                xy=(0.5, 0.0),
+                xycoords=ax.xaxis.label,
+                xytext=(0, -6),
+                textcoords="offset points",
                 fontsize=7.5,
                 va="top",
                 ha="center",

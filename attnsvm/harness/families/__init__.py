@@ -12,6 +12,7 @@
 * :mod:`~attnsvm.harness.families.multitoken`: several optimal tokens per sequence.
 * :mod:`~attnsvm.harness.families.toys`: the peer models' toy problems.
 * :mod:`~attnsvm.harness.families.autograd_saturation`: torch autograd through SDPA at saturation.
+* :mod:`~attnsvm.harness.families.seq2seq`: every token a query (causal or not), GD against W_mm(α_final).
 
 :mod:`~attnsvm.harness.families._common` holds the helpers several families share.
 """
@@ -25,6 +26,7 @@ from . import local_global as local_global
 from . import multitoken as multitoken
 from . import regpath as regpath
 from . import saturation as saturation
+from . import seq2seq as seq2seq
 from . import svm as svm
 from . import symbolic as symbolic
 from . import textbook_gd as textbook_gd
@@ -38,6 +40,7 @@ __all__ = [
     "multitoken",
     "regpath",
     "saturation",
+    "seq2seq",
     "svm",
     "symbolic",
     "textbook_gd",
