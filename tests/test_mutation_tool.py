@@ -126,6 +126,32 @@ def test_a_constant_moved_unchanged_into_a_shared_module_keeps_the_context(tool,
     assert tool.context_hash("fake", new_import) == ctx
 
 
+def test_an_alias_renamed_in_annotations_keeps_the_function_hashes(tool, tmp_path: Path) -> None:
+    """Annotations are never evaluated (``from __future__ import annotations``): a function annotated with
+    ``IntArray`` or with ``Int64Array``, both bound to ``NDArray[np.int64]``, has one hash; an alias bound to
+    another type, or a changed default value, gives another. The alias itself, read only in annotations, is
+    not context."""
+    head = "from __future__ import annotations\nimport numpy as np\nfrom numpy.typing import NDArray\n"
+    body = "\n\ndef f(x: {A}, k: int = 1) -> {A}:\n    return x + k\n"
+    a = _module(tool, tmp_path / "a", head + "IntArray = NDArray[np.int64]" + body.format(A="IntArray"))
+    b = _with_shared(
+        tool,
+        tmp_path / "b",
+        head + "from ._shared import Int64Array" + body.format(A="Int64Array"),
+        "import numpy as np\nfrom numpy.typing import NDArray\nInt64Array = NDArray[np.int64]\n",
+    )
+    c = _module(tool, tmp_path / "c", head + "IntArray = NDArray[np.intp]" + body.format(A="IntArray"))
+    d = _module(
+        tool,
+        tmp_path / "d",
+        head + "IntArray = NDArray[np.int64]" + body.format(A="IntArray").replace("= 1", "= 2"),
+    )
+    fa = tool.function_hashes("fake", a)
+    assert tool.function_hashes("fake", b) == fa
+    assert tool.function_hashes("fake", c) != fa and tool.function_hashes("fake", d) != fa
+    assert tool.context_hash("fake", a) == tool.context_hash("fake", b) == tool.context_hash("fake", c)
+
+
 def test_mutant_function_names(tool) -> None:
     """mutmut's mangled names map back to the function (the module path before the last dot is ignored)."""
     assert tool.mutant_function("attnsvm.gd._engine.x_run_gd__mutmut_3") == "run_gd"

@@ -322,8 +322,8 @@ def _is_internal_import(stmt: ast.stmt) -> bool:
 
 
 def _module_file(importer: Path, stmt: ast.ImportFrom, root: Path) -> Path | None:
-    """The file an internal ``from … import`` reads (``from .._arrays import X`` in
-    ``attnsvm/model/_grad.py`` → ``attnsvm/_arrays.py``), or ``None`` when it is not a file of the tree."""
+    """The file an internal ``from … import`` reads (``from .._types import X`` in
+    ``attnsvm/model/_grad.py`` → ``attnsvm/_types.py``), or ``None`` when it is not a file of the tree."""
     if stmt.level > 0:
         base = importer.parent
         for _ in range(stmt.level - 1):
@@ -365,6 +365,53 @@ def _definition(path: Path, name: str, root: Path, depth: int = 0) -> str | None
     return None
 
 
+def _runtime_names(tree: ast.AST) -> set[str]:
+    """The names the module reads when it runs: every loaded name outside annotations (with
+    ``from __future__ import annotations``, which every module of the package has, annotations are never
+    evaluated), so an alias used only in annotations is not among them."""
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for field, value in ast.iter_fields(node):
+            if field in ("annotation", "returns"):
+                continue
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+                    names.add(child.id)
+                if isinstance(child, ast.AST):
+                    visit(child)
+
+    visit(tree)
+    return names
+
+
+def _annotations_by_value(tree: ast.AST, path: Path, root: Path) -> None:
+    """Replace, inside annotations, each name bound at module level to an expression (here or through an
+    internal import) by that expression: ``IntArray`` and ``Int64Array`` bound to the same
+    ``NDArray[np.int64]`` read the same, so renaming an alias keeps the functions' hashes."""
+    values: dict[str, str] = {}
+    for stmt in getattr(tree, "body", []):
+        bound = _simple_binding(stmt)
+        if bound is not None:
+            values[bound[0]] = ast.dump(bound[1])
+        elif isinstance(stmt, ast.ImportFrom) and _is_internal_import(stmt):
+            src = _module_file(path, stmt, root)
+            for a in stmt.names:
+                expr = None if src is None else _definition(src, a.name, root)
+                if expr is not None:
+                    values[a.asname or a.name] = expr
+
+    class _Sub(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            return ast.Constant(values[node.id]) if node.id in values else node
+
+    for node in ast.walk(tree):
+        for field in ("annotation", "returns"):
+            ann = getattr(node, field, None)
+            if isinstance(ann, ast.AST):
+                setattr(node, field, _Sub().visit(ann))
+
+
 def _normalized_tree(source: str, path: Path | None = None, root: Path = ROOT) -> ast.AST:
     """The syntax tree without what mutmut's mutants do not depend on: docstrings, dependency guards
     (:func:`_is_dependency_guard`), ``__all__``, and where the package's own imports come from and in which
@@ -374,14 +421,21 @@ def _normalized_tree(source: str, path: Path | None = None, root: Path = ROOT) -
 
     At module level (when ``path``, the module's file, is given) a name that is bound to an expression,
     here (``EPS = float(np.finfo(np.float64).eps)``) or by an internal import of such a binding
-    (``from .._arrays import EPS``), becomes the pair (name, expression), and these pairs are sorted: moving
+    (``from ..scaling import EPS``), becomes the pair (name, expression), and these pairs are sorted: moving
     a constant or an array alias into a shared module, unchanged, keeps the context; changing its value
-    does not. The names that module-level internal imports bind to functions and classes are left out: a
-    name that an unchanged function reads is bound as before (or that function fails), and a new one is read
-    only by changed functions, whose mutants run again; what a moved function does is the other module's
-    code, which no mutant of this module's results covers (the assumption every per-module run makes).
+    does not; inside annotations such a name reads as its expression (:func:`_annotations_by_value`). A
+    binding that nothing reads at run time (an array alias used only in annotations) is left
+    out. The other names that module-level imports bind (functions, classes, modules; internal or
+    not) are left out: a name that an unchanged function reads is bound as before (or that function fails),
+    and a new one is read only by changed functions, whose mutants run again; what an imported function does
+    is another module's code, which no mutant of this module's results covers (the assumption every
+    per-module run makes). Rebinding an imported name to a different object of the same name
+    (``import jax.numpy as np``) is the one change this does not see.
     """
     tree = _strip_docstrings(ast.parse(source))
+    read = _runtime_names(tree)
+    if path is not None:
+        _annotations_by_value(tree, path, root)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if not isinstance(body, list) or not any(isinstance(s, ast.stmt) for s in body):
@@ -406,6 +460,7 @@ def _normalized_tree(source: str, path: Path | None = None, root: Path = ROOT) -
                     bindings.append((a.asname or a.name, expr))
         rest = [s for s in kept if not _is_internal_import(s)]
         if module_level:
+            rest = [s for s in rest if not isinstance(s, (ast.Import, ast.ImportFrom))]
             local = [(b[0], ast.dump(b[1])) for s in rest if (b := _simple_binding(s)) is not None]
             bindings += local
             rest = [s for s in rest if _simple_binding(s) is None]
@@ -418,7 +473,9 @@ def _normalized_tree(source: str, path: Path | None = None, root: Path = ROOT) -
                     level=0,
                 )
             )
-        head += [ast.Expr(ast.Constant(f"{n} = {e}")) for n, e in sorted(bindings)]
+        head += [
+            ast.Expr(ast.Constant(f"{n} = {e}")) for n, e in sorted(bindings) if not module_level or n in read
+        ]
         node.body = (head + rest) or [ast.Pass()]  # type: ignore[attr-defined]
     return tree
 
@@ -427,7 +484,8 @@ def function_hashes(module: str, root: Path = ROOT) -> dict[str, str]:
     """``{"f": sha, "Class.method": sha}`` of the module's top-level functions and methods (normalized
     as in :func:`_normalized_tree`): mutmut numbers a function's mutants from its code, so an equivalent row stays meaningful
     exactly while its function's hash is unchanged."""
-    tree = _normalized_tree((root / PATHS[module]).read_text())
+    path = root / PATHS[module]
+    tree = _normalized_tree(path.read_text(), path, root)
     out: dict[str, str] = {}
     for node in tree.body:  # type: ignore[attr-defined]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
