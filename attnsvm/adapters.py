@@ -54,14 +54,13 @@ import math
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
+from ._types import FloatArray
 from .errors import AttnSVMError, InvalidInstanceError
 from .scaling import pow2_split, range_error
 
 __all__ = ["UnsupportedModuleError", "attention_matrix", "head_projections", "HeadProjections"]
 
-FloatArray = NDArray[np.float64]
 
 _SUPPORTED = (
     "torch.nn.MultiheadAttention, HuggingFace BertSelfAttention-style modules (query/key linear "

@@ -74,9 +74,11 @@ if TYPE_CHECKING:  # torch is imported where it is used: `import attnsvm` stays 
     import torch
 
 from ._deps import require
+from ._types import FloatArray, Int64Array
 from .errors import AttnSVMError, NumericalError, unknown_name
 from .model._attention import KINDS
 from .model._instance import Instance
+from .scaling import EPS as _EPS
 from .scaling import FLOAT_MAX, FLOAT_TINY, check_log_representable, pow2_exponent, range_error
 
 __all__ = [
@@ -93,12 +95,10 @@ __all__ = [
     "bound_rounding_rtol",
 ]
 
-FloatArray = NDArray[np.float64]
 
 OFS = ("weights", "output")
 WRTS = ("W",)
 
-_EPS = float(np.finfo(np.float64).eps)
 
 #: ``||s∘(a − f)||₂ ≤ (√2/4)(max a − min a)`` for ``s`` in the simplex, ``f = sᵀa`` (proof in
 #: :func:`lipschitz_bound`); tight for ``T = 2``, ``s = (½, ½)``.
@@ -162,11 +162,10 @@ def _check_positive_int(value: Any, name: str, low: int) -> int:
 # vector is split exactly as ``m · 2^e`` (``max|m| ∈ [½, 1)``, :func:`_split`), the mantissas are
 # combined in float64 (they are O(1)), and the exponents are added as integers. Scaling X, z, v or R
 # by a power of two then changes only the integer exponents: the bound is exactly equivariant.
-IntArray = NDArray[np.int64]
 _LN2 = math.log(2.0)
 
 
-def _split(a: ArrayLike) -> tuple[FloatArray, IntArray]:
+def _split(a: ArrayLike) -> tuple[FloatArray, Int64Array]:
     """Rows (last axis) of ``a`` as ``m · 2^e``: ``max|m_row| ∈ [½, 1)`` (``m = 0, e = 0`` for a zero row).
 
     Exact (power-of-two scaling) for every entry of ``m`` that is a normal double; an entry below
@@ -178,7 +177,7 @@ def _split(a: ArrayLike) -> tuple[FloatArray, IntArray]:
     return np.ldexp(arr, -e[..., None]), e
 
 
-def _norm_split(m: FloatArray, e: IntArray) -> tuple[FloatArray, IntArray]:
+def _norm_split(m: FloatArray, e: Int64Array) -> tuple[FloatArray, Int64Array]:
     """``||m_row|| · 2^e`` as a normalised pair (the mantissas of a row are ≤ 1: no overflow)."""
     mm, ee = _split(m)  # re-split first: a row of tiny mantissas would underflow when squared
     nm, ne = np.frexp(np.linalg.norm(mm, axis=-1))
@@ -191,7 +190,7 @@ def _pair_log(m: Any, e: Any) -> Any:
         return np.log(np.abs(m)) + np.asarray(e, dtype=np.float64) * _LN2
 
 
-def _pair_from_log(lg: Any) -> tuple[FloatArray, IntArray]:
+def _pair_from_log(lg: Any) -> tuple[FloatArray, Int64Array]:
     """``exp(lg)`` as a pair ``m · 2^e`` without under/overflow (``lg = −inf`` gives ``m = 0``)."""
     lg = np.asarray(lg, dtype=np.float64)
     fin = np.isfinite(lg)
@@ -221,7 +220,7 @@ def _lam_max(G: FloatArray) -> float:
 
 
 def _kron_gram(
-    zm: FloatArray, ze: IntArray, ym: FloatArray, ye: IntArray, km: FloatArray, ke: IntArray
+    zm: FloatArray, ze: Int64Array, ym: FloatArray, ye: Int64Array, km: FloatArray, ke: Int64Array
 ) -> tuple[FloatArray, int]:
     """Gram ``M · 2^(2E)`` of the rows ``r_ir = κ_i z_i ⊗ y_ir`` (``z_i = zm_i 2^ze_i``, ``y_ir = ym_ir 2^ye_ir``,
     ``κ_i = km_i 2^ke_i``): ``⟨r_ir, r_js⟩ = κ_iκ_j (z_i·z_j)(y_ir·y_js)``, shape ``(nR, nR)``.
@@ -245,11 +244,11 @@ def _kron_gram(
 
 def _kron_norm(
     zm: FloatArray,
-    ze: IntArray,
+    ze: Int64Array,
     ym: FloatArray,
-    ye: IntArray,
+    ye: Int64Array,
     km: FloatArray,
-    ke: IntArray,
+    ke: Int64Array,
     rows: NDArray[np.intp] | None = None,
 ) -> tuple[float, int]:
     """``||K 𝓡||₂ = λ_max(M)^½ · 2^E`` (see :func:`_kron_gram`) as a normalised pair ``(m, e)``.
@@ -1176,7 +1175,7 @@ def _jacobian_floors(
     Wh: FloatArray,
     kind: str,
     of: str,
-    counts: IntArray | None = None,
+    counts: Int64Array | None = None,
 ) -> FloatArray:
     """Absolute error bound of each sequence's computed Jacobian block on its own O(1) scale, ``(n,)``.
 
@@ -1202,7 +1201,7 @@ def _jacobian_floors(
 
 
 def _jacobian_floors_counts(
-    Xh: FloatArray, zh: FloatArray, vh: FloatArray, Wh: FloatArray, kind: str, of: str, counts: IntArray
+    Xh: FloatArray, zh: FloatArray, vh: FloatArray, Wh: FloatArray, kind: str, of: str, counts: Int64Array
 ) -> FloatArray:
     """:func:`_jacobian_floors` with ``T_i`` allowed tokens per sequence (masked keys are 0)."""
     n, _, d = Xh.shape

@@ -25,6 +25,7 @@ arXiv 2308.16898 (multi-token heads).
 from __future__ import annotations
 
 from ._deps import require
+from ._types import FloatArray
 
 require("hypothesis", feature="attnsvm.peer_strategies (the Hypothesis strategies)")  # pragma: no mutate
 
@@ -32,14 +33,11 @@ from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
-from numpy.typing import NDArray
 
 from .errors import InvalidInstanceError
 from .model._instance import Instance
 
 __all__ = ["prompt_instances", "joint_instances", "p_norms", "heads"]
-
-FloatArray = NDArray[np.float64]
 
 
 def _orthogonal(rng: np.random.Generator, d: int) -> FloatArray:

@@ -27,11 +27,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
+from ._types import FloatArray
 from .errors import NumericalError
 
 __all__ = [
+    "EPS",
     "FLOAT_MAX",
     "FLOAT_TINY",
     "LOG_FLOAT_MAX",
@@ -45,8 +47,9 @@ __all__ = [
     "check_finite_result",
 ]
 
-FloatArray = NDArray[np.float64]
 
+#: Machine epsilon, ``2^−52`` ≈ 2.2e-16: the spacing of doubles at 1 (the unit roundoff is ``EPS/2``).
+EPS = float(np.finfo(np.float64).eps)
 #: Largest finite double, ≈ 1.8e308.
 FLOAT_MAX = float(np.finfo(np.float64).max)
 #: Smallest *normal* positive double, ≈ 2.2e-308. Below it (the subnormal band, down to

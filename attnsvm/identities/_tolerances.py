@@ -5,9 +5,7 @@ Errors are relative to ``max(1, max|reference|)``; the registry's claims cite th
 
 from __future__ import annotations
 
-import numpy as np
-
-EPS = float(np.finfo(np.float64).eps)
+from ..scaling import EPS
 
 #: Closed form (lambdified SymPy) against attnsvm's vectorised NumPy, relative to
 #: ``max(1, max|reference|)``. Both evaluate the same O(1)-sized expression (data drawn from

@@ -32,6 +32,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .._types import FloatArray
 from ..errors import unknown_name
 from ..scaling import FLOAT_TINY, range_error
 from ._instance import Instance, mask_kw, pow2_split, split_rows, values_split
@@ -48,7 +49,6 @@ __all__ = [
     "output",
 ]
 
-FloatArray = NDArray[np.float64]
 
 _LN2 = math.log(2.0)
 #: ``2^−969 = FLOAT_TINY/eps``: an intermediate at least this large rounds to full relative

@@ -60,8 +60,10 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .._types import BoolArray, FloatArray
 from ..errors import NumericalError
 from ..scaling import (
+    EPS,
     FLOAT_MAX,
     FLOAT_TINY,
     LOG_FLOAT_MAX,
@@ -85,9 +87,7 @@ __all__ = [
     "signed_log_derivative",
 ]
 
-FloatArray = NDArray[np.float64]
 
-EPS = float(np.finfo(np.float64).eps)
 _LN2 = math.log(2.0)
 #: Safety factor of the plain gradient's underflow screen (:func:`risk_grad_of`): each weight
 #: ``w_it`` is a product of up to four factors, each losing ≤ 2^−1074 when it underflows.
@@ -159,9 +159,6 @@ class _Forward(NamedTuple):
     ea: NDArray[np.int64]
     log_s: FloatArray
     f: FloatArray
-
-
-BoolArray = NDArray[np.bool_]
 
 
 def _zero_masked(X: FloatArray, mask: BoolArray | None) -> FloatArray:

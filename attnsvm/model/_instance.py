@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .._types import FloatArray
 from ..errors import InvalidInstanceError, TiedScoresError, unknown_name
 from ..scaling import FLOAT_TINY, range_error
 from ..scaling import pow2_split as pow2_split  # re-exported: its home is attnsvm.scaling
 
 __all__ = ["Instance", "random_instance", "FAMILIES", "TIE_RTOL", "as_real_array", "require_unmasked"]
 
-FloatArray = NDArray[np.float64]
 
 FAMILIES = ("gaussian", "unit", "self_attention")
 

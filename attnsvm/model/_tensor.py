@@ -29,11 +29,11 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .._types import FloatArray
 from ..errors import InvalidInstanceError
+from ..scaling import EPS as _EPS
 from ..scaling import FLOAT_TINY, range_error
 from ._instance import Instance, as_real_array, pow2_split, split_rows
-
-_EPS = float(np.finfo(np.float64).eps)
 
 __all__ = [
     "vec",
@@ -47,7 +47,6 @@ __all__ = [
     "svm_margins",
 ]
 
-FloatArray = NDArray[np.float64]
 
 _LN2 = math.log(2.0)
 

@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .._types import FloatArray
 from ..errors import InvalidInstanceError, NumericalError
 from ..model._grad import GradDirection, signed_log_derivative
 from ..model._instance import Instance, as_real_array, require_unmasked
@@ -77,8 +78,6 @@ __all__ = [
     "JointTrajectory",
     "run_joint_gd",
 ]
-
-FloatArray = NDArray[np.float64]
 
 
 def _check_head(inst: Instance, v: ArrayLike, name: str = "v") -> FloatArray:

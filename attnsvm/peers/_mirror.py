@@ -53,6 +53,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._deps import require
+from .._types import FloatArray, Int64Array
 from ..errors import AttnSVMError, InfeasibleSVMError, NumericalError, SolverError
 from ..gd._engine import check_lr, check_steps, record_steps
 from ..model._attention import logits_of
@@ -86,7 +87,6 @@ __all__ = [
     "run_mirror_descent",
 ]
 
-FloatArray = NDArray[np.float64]
 
 #: A constraint of the ℓp-SVM is active when its margin is within this of 1. The polished
 #: solution satisfies the active equations to ~1e-13; before polishing, Clarabel's margins are
@@ -520,7 +520,6 @@ def _put_back_real(m: FloatArray, log2_scale: float, what: str) -> FloatArray:
 
 
 # ===================================================== the dual state, exact at any size
-IntArray = NDArray[np.int64]
 
 #: :func:`run_mirror_descent` needs ``p − 1 ∈ [2^−ENGINE_P_BITS, 2^ENGINE_P_BITS]`` (``p ∈ [1.002, 513]``):
 #: the limit comes from the exact dual state, not from :func:`lp_norm` (exact at any ``p`` since it
@@ -534,13 +533,13 @@ ENGINE_P_BITS = 9
 _VELTKAMP = 2.0**27 + 1.0
 
 
-def _frexp64(a: FloatArray) -> tuple[FloatArray, IntArray]:
+def _frexp64(a: FloatArray) -> tuple[FloatArray, Int64Array]:
     """``a = f·2^k`` entrywise, ``|f| ∈ [½, 1)`` (``f = 0``, ``k = 0`` for a zero), ``k`` as int64."""
     f, k = np.frexp(a)
     return f, k.astype(np.int64)
 
 
-def _exponent_product(E: IntArray, e: float) -> tuple[FloatArray, FloatArray]:
+def _exponent_product(E: Int64Array, e: float) -> tuple[FloatArray, FloatArray]:
     """``E·e = hi + lo`` exactly, for integers ``|E| < 2^26`` (here ``< 2^21``: :data:`ENGINE_P_BITS`).
 
     Veltkamp's splitting ``e = e1 + e2`` (``e1`` with 26 significant bits, ``e2`` with 27) makes both
@@ -552,7 +551,7 @@ def _exponent_product(E: IntArray, e: float) -> tuple[FloatArray, FloatArray]:
     return a * e1, a * (e - e1)
 
 
-def _split_pow(m: FloatArray, E: IntArray, e: float) -> tuple[FloatArray, IntArray]:
+def _split_pow(m: FloatArray, E: Int64Array, e: float) -> tuple[FloatArray, Int64Array]:
     """``sign(m)·|m·2^E|^e`` entrywise as ``(mantissa, exponent)`` in ``frexp`` form, at any size.
 
     With ``|m| ∈ [½, 1)`` (``frexp`` form),
@@ -574,7 +573,7 @@ def _split_pow(m: FloatArray, E: IntArray, e: float) -> tuple[FloatArray, IntArr
     return f, k
 
 
-def _split_step(Um: FloatArray, Ue: IntArray, lr: float, g: FloatArray) -> tuple[FloatArray, IntArray]:
+def _split_step(Um: FloatArray, Ue: Int64Array, lr: float, g: FloatArray) -> tuple[FloatArray, Int64Array]:
     """``U − lr·g`` for ``U = Um·2^Ue`` (entrywise), as ``(mantissa, exponent)`` in ``frexp`` form.
 
     ``lr·g = (lm·gm)·2^{le+ge}`` (one rounding, as in float64); each entry's two terms are aligned at
@@ -591,7 +590,7 @@ def _split_step(Um: FloatArray, Ue: IntArray, lr: float, g: FloatArray) -> tuple
     return f, np.where(f == 0, 0, k + j)
 
 
-def _split_to_float(f: FloatArray, k: IntArray, what: str, *, remedy: str = "") -> FloatArray:
+def _split_to_float(f: FloatArray, k: Int64Array, what: str, *, remedy: str = "") -> FloatArray:
     """``f·2^k`` (``frexp`` form) as doubles when its largest entry is a normal double (or all are 0);
     else the range error naming ``what``. Decided on the integer exponents (``|f|·2^k ∈ [2^{k−1}, 2^k)``:
     normal iff ``−1021 ≤ k ≤ 1024``), so exactly; smaller entries keep an absolute error ``≤ 2^−1075``."""
@@ -640,7 +639,7 @@ class MirrorTrajectory:
 
     W: FloatArray
     U_mantissa: FloatArray
-    U_exponent: IntArray
+    U_exponent: Int64Array
     p_norm: float
     record: list[MirrorRecord] = field(default_factory=list)
 

@@ -49,6 +49,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .._types import FloatArray
 from ..errors import AttnSVMError, InvalidInstanceError, NumericalError, SolverError
 from ..gd._engine import direction_corr
 from ..model._attention import logits_of
@@ -90,7 +91,6 @@ __all__ = [
     "predict_multitoken",
 ]
 
-FloatArray = NDArray[np.float64]
 
 #: ``O_i = {t : s_it ≥ SELECT_THRESHOLD}`` (the threshold of the issue and of the paper's experiments).
 SELECT_THRESHOLD = 1e-3

@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .._types import FloatArray
 from ..errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError
 from ..gd._engine import check_lr, check_steps, projected_path, record_steps
 from ..model._attention import logits_of
@@ -76,8 +77,6 @@ __all__ = [
     "PromptPathPoint",
     "prompt_regularization_path",
 ]
-
-FloatArray = NDArray[np.float64]
 
 
 # ================================================================== validation

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .._types import FloatArray
 from ..errors import AttnSVMError
 from ..gd._engine import default_record_steps, direction_corr, run_gd
 from ..model._instance import Instance, random_instance
@@ -54,7 +55,6 @@ __all__ = [
     "toy_figures_data",
 ]
 
-FloatArray = NDArray[np.float64]
 
 PROMPT_TOY_C = (0.9, 0.0)
 PROMPT_TOY_Y0 = (1.0, 0.5, 0.0, -0.5, -1.0, -1.5)

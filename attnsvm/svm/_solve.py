@@ -63,9 +63,11 @@ from numpy.typing import ArrayLike, NDArray
 
 from .. import scaling
 from .._deps import require
+from .._types import FloatArray, IntArray
 from ..errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, SolverError, unknown_name
 from ..model._instance import TIE_RTOL, Instance, as_real_array
 from ..model._tensor import SVMConstraints, constraint_pairs
+from ..scaling import EPS
 
 __all__ = [
     "SVM_METHODS",
@@ -86,14 +88,11 @@ __all__ = [
     "is_locally_optimal",
 ]
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.intp]
 Pairs = tuple[tuple[int, int], ...]
 
 SVM_METHODS = ("auto", "primal", "vector", "dual")
 SVM_NORMS = ("fro", "nuc")
 
-EPS = float(np.finfo(np.float64).eps)
 #: A Farkas combination ``Σ c_r L_r`` within this many times its rounding bound
 #: ``(m + 1)·eps·Σ|c_r|·||L_r||`` of zero is taken as exactly zero: the constraints then admit no
 #: ``W`` at all (``norm_bound = inf``) rather than one of norm ~1/eps.

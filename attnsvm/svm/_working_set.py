@@ -74,8 +74,9 @@ import scipy.linalg
 import scipy.linalg.lapack
 import scipy.sparse
 import scipy.sparse.linalg
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
+from .._types import BoolArray, FloatArray, IntArray
 from ..errors import InvalidInstanceError, SolverError
 from ..model._instance import Instance
 from ..model._tensor import SVMConstraints
@@ -116,9 +117,6 @@ __all__ = [
     "solve_svm_working_set",
 ]
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.intp]
-BoolArray = NDArray[np.bool_]
 
 #: ``cond(K_FF)`` is computed exactly (all eigenvalues, ``O(|F|³)``, ≈1 s at ``|F| = 2048`` on one core)
 #: up to this many support rows; above, by Lanczos at both ends of the spectrum (``O(|F|²)`` per step).

@@ -57,8 +57,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
+from .._types import FloatArray
 from ..errors import AttnSVMError, unknown_name
 from ..model._attention import KINDS, attention, log_attention, log_phi, logits
 from ..model._grad import normalized_risk_grad, signed_log_derivative
@@ -79,7 +80,6 @@ __all__ = [
     "DEFAULT_SWEEP_SCALES",
 ]
 
-FloatArray = NDArray[np.float64]
 
 EPS64 = float(np.finfo(np.float64).eps)
 #: Smallest positive double: the reference's own absolute floor per weight.

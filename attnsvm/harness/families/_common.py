@@ -14,16 +14,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
+from ..._types import FloatArray, Int64Array
 from ...model._instance import Instance
+from ...scaling import EPS
 from ..experiments import FAMILY_REGISTRY, ExperimentClaim, FamilyResult, Figure
 
 __all__ = [
     "EPS",
     "SVM_AGREE_RTOL",
     "FloatArray",
-    "IntArray",
+    "Int64Array",
     "segmented_batch",
     "family_result",
     "check_severity",
@@ -31,12 +32,8 @@ __all__ = [
 ]
 
 
-EPS = float(np.finfo(np.float64).eps)
-
 #: Float64 arrays of the families' typed results (shapes in each result class's docstring).
-FloatArray = NDArray[np.float64]
 #: Integer arrays (token indices, steps) of the families' typed results.
-IntArray = NDArray[np.int64]
 
 
 def family_result(

@@ -38,7 +38,7 @@ from ..experiments import (
 )
 from ._common import (
     FloatArray,
-    IntArray,
+    Int64Array,
     _fmt,
     _quantiles,
     _SVMCache,
@@ -126,7 +126,7 @@ class ConvergenceRun:
     steps: tuple[int, ...]
     gaps: FloatArray
     norms: FloatArray
-    tokens: IntArray
+    tokens: Int64Array
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from ..experiments import (
     no_progress,
     register_family,
 )
-from ._common import FloatArray, IntArray, _fmt, family_result, segmented_batch, tokens_text
+from ._common import FloatArray, Int64Array, _fmt, family_result, segmented_batch, tokens_text
 
 __all__ = [
     "LOCAL_GLOBAL_SIZES",
@@ -102,8 +102,8 @@ class LocalGlobalRun:
     final_gap: float
     locally_optimal: bool
     feasible: bool
-    alpha_final: IntArray
-    opt: IntArray
+    alpha_final: Int64Array
+    opt: Int64Array
     reason: str | None
 
 
@@ -115,7 +115,7 @@ class CandidateRun:
 
     inst: Instance
     W: FloatArray
-    alpha: IntArray
+    alpha: Int64Array
     settled: bool
     diverging: bool
 

@@ -35,7 +35,7 @@ from ..experiments import (
 )
 from ._common import (
     FloatArray,
-    IntArray,
+    Int64Array,
     _fmt,
     _quantiles,
     _SVMCache,
@@ -100,10 +100,10 @@ class RegpathSeedRun:
     gd_gap: FloatArray
     path_vs_gd_gap: FloatArray
     gd_norm: FloatArray
-    gd_step: IntArray
+    gd_step: Int64Array
     path_kkt_residual: FloatArray
-    path_tokens: IntArray
-    gd_tokens: IntArray
+    path_tokens: Int64Array
+    gd_tokens: Int64Array
     same_final_tokens: bool
     path_final_is_opt: bool
 

@@ -50,7 +50,7 @@ from ..experiments import (
     no_progress,
     register_family,
 )
-from ._common import FloatArray, IntArray, _fmt, _quantiles, check_severity, family_result
+from ._common import FloatArray, Int64Array, _fmt, _quantiles, check_severity, family_result
 
 __all__ = [
     "SEQ2SEQ_SIZES",
@@ -189,7 +189,7 @@ class Seq2SeqRun:
     steps: tuple[int, ...]
     gaps: FloatArray
     norms: FloatArray
-    tokens_final: IntArray
+    tokens_final: Int64Array
     settled_step: int
     feasible: bool
     certified: bool

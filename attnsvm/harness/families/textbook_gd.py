@@ -33,7 +33,7 @@ from ..experiments import (
     no_progress,
     register_family,
 )
-from ._common import FloatArray, IntArray, _fmt, _quantiles, _SVMCache, check_severity, family_result
+from ._common import FloatArray, Int64Array, _fmt, _quantiles, _SVMCache, check_severity, family_result
 
 __all__ = [
     "TEXTBOOK_GD_SIZES",
@@ -80,7 +80,7 @@ class TextbookGDResult:
     marks: tuple[int, ...]
     stable_gap: FloatArray
     textbook_gap: FloatArray
-    textbook_stopped_at: IntArray
+    textbook_stopped_at: Int64Array
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from ..experiments import (
     no_progress,
     register_family,
 )
-from ._common import EPS, FloatArray, IntArray, family_result
+from ._common import EPS, FloatArray, Int64Array, family_result
 
 __all__ = [
     "TOY_SIZES",
@@ -103,10 +103,10 @@ class GlobalToy:
     ``final_tokens`` and ``optimal_tokens`` (shape ``(n,)``), and the cancellation-free gap
     ``½||Ŵ − Ŵ_mm||²`` (``gap``) at ``gap_steps``."""
 
-    steps: IntArray
+    steps: Int64Array
     corr: FloatArray
-    final_tokens: IntArray
-    optimal_tokens: IntArray
+    final_tokens: Int64Array
+    optimal_tokens: Int64Array
     gap_steps: tuple[float, ...]
     gap: tuple[float, ...]
 
@@ -117,7 +117,7 @@ class JointToy:
     (``v_corr``) and ``corr(p_t, p_relax)`` (``p_corr``), each shape ``(records,)``."""
 
     key: str
-    steps: IntArray
+    steps: Int64Array
     v_corr: FloatArray
     p_corr: FloatArray
 
@@ -130,7 +130,7 @@ class LpRun:
 
     key: str
     p: float
-    steps: IntArray
+    steps: Int64Array
     svm_keys: tuple[str, ...]
     svm_ps: tuple[float, ...]
     bregman: tuple[FloatArray, ...]
