@@ -424,7 +424,6 @@ def test_masked_alpha_is_refused() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda inst: A.run_gd_batch([inst], 2, 0.1),
         lambda inst: A.peers.solve_lp_svm(inst, 3.0),
         lambda inst: A.strategies.scaled(inst, 1, 1, 1),
     ],

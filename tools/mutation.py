@@ -119,6 +119,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_gd_batch_edges.py",
         "tests/test_gd_more_edges.py",
         "tests/test_gd_batch_refusals.py",
+        "tests/test_masks_batch.py",
         "tests/test_scale_gd.py",
         "tests/test_masks.py",
         "properties/test_gd_batch.py",

@@ -10,7 +10,8 @@ long as a user asks:
   (10⁶ steps, ``||W||`` ~ 10⁵); plain GD reports gradient underflow instead of stalling silently.
 * :func:`run_gd_batch` — many equal-shaped instances in one torch float64 computation
   (CPU or CUDA), closed-form gradients, a linear-domain fast path while the weights are
-  representable and the same cancellation-free, log-domain direction after (per instance).
+  representable and the same cancellation-free, log-domain direction after (per instance);
+  token masks as :func:`run_gd` (different masks per instance, masked and unmasked mixed).
 * :func:`regularization_path` — warm-started projected normalized GD onto ``||W||_F ≤ R``.
 * :func:`run_gd_kq` — GD on the factors of ``W = K Qᵀ``.
 * :func:`direction_corr`, :func:`direction_gap`, :func:`fit_rate` — measuring the direction.
@@ -41,6 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._deps import require
+from .._types import FloatArray
 from ..errors import AttnSVMError, InvalidInstanceError, NumericalError
 from ..model._attention import logits_of
 from ..model._grad import (
@@ -53,6 +55,7 @@ from ..model._grad import (
 )
 from ..model._instance import Instance, as_real_array, require_unmasked
 from ..model._losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
+from ..scaling import EPS as _EPS
 from ..scaling import (
     FLOAT_MAX,
     FLOAT_TINY,
@@ -84,12 +87,10 @@ __all__ = [
     "PathStep",
 ]
 
-FloatArray = NDArray[np.float64]
 
 #: Smallest positive normal float64. A plain-GD gradient whose norm falls below it has lost
 #: relative precision (subnormal) or underflowed to 0: the update is no longer ``η∇L``.
 _TINY = float(np.finfo(np.float64).tiny)
-_EPS = float(np.finfo(np.float64).eps)
 
 
 # =================================================================== direction measures
@@ -739,7 +740,7 @@ class BatchTrajectory:
       W: final iterates, shape ``(B, d, d)``.
       steps: recorded steps, shape ``(k,)``.
       norms, risks, log10_grad_norms: shape ``(k, B)``.
-      tokens: selected tokens, shape ``(k, B, n)``.
+      tokens: selected tokens (``argmax`` of the logits over the allowed tokens), shape ``(k, B, n)``.
       corrs, gaps: shape ``(k, B)`` when a reference was given, else ``None``.
       saturated_at: first step at which plain GD's gradient norm fell below the smallest normal
         float64 (its update is then inexact), ``−1`` if never (always ``−1`` for normalized GD),
@@ -797,9 +798,15 @@ def _torch_device(device: Any) -> Any:
 _MODERATE = 64
 
 
-def _stack_instances(instances: Sequence[Instance], *, rescale: bool = False) -> Any:
+def _stack_instances(instances: Sequence[Instance], *, rescale: bool = False, masks: bool = False) -> Any:
     """``(X, Y, z, v)`` stacked; with ``rescale=True`` each instance as :func:`_rescale` gives it, and
-    the exponents ``k_b`` (``W'_b = W_b·2^k_b``) as a fifth array."""
+    the exponents ``k_b`` (``W'_b = W_b·2^k_b``) as a fifth array.
+
+    ``X`` holds the keys (:attr:`Instance.keys`: the masked tokens zeroed, ``X`` itself without a mask).
+    With ``masks=True`` the token masks come last: a boolean ``(B, n, T)`` array (``True`` = the token
+    takes part; all ``True`` rows for an unmasked instance), or ``None`` when no instance has a mask.
+    Without it a masked instance is refused (a caller that drops the mask would read every token).
+    """
     if isinstance(instances, Instance):
         raise AttnSVMError("run_gd_batch takes a sequence of instances; wrap a single one in a list")
     try:
@@ -813,7 +820,8 @@ def _stack_instances(instances: Sequence[Instance], *, rescale: bool = False) ->
     for i, it in enumerate(items):
         if not isinstance(it, Instance):
             raise AttnSVMError(f"instances[{i}] is a {type(it).__name__}, not an attnsvm Instance")
-        require_unmasked(it, f"attnsvm.gd.run_gd_batch (instances[{i}])")
+        if not masks:
+            require_unmasked(it, f"_stack_instances without masks=True (instances[{i}])")
     shape = items[0].shape
     for i, it in enumerate(items):
         if it.shape != shape:
@@ -821,33 +829,37 @@ def _stack_instances(instances: Sequence[Instance], *, rescale: bool = False) ->
                 f"instances must share one shape (n, T, d) to be batched; instances[0] has {shape}, "
                 f"instances[{i}] has {it.shape}. Group instances by shape and call run_gd_batch per group."
             )
+    tail: tuple[Any, ...] = ()
+    if masks:
+        any_mask = any(it.mask is not None for it in items)
+        tail = (np.stack([it.allowed for it in items]) if any_mask else None,)
     if rescale:
         scs = [_rescale(it) for it in items]
         if all(
-            abs(pow2_exponent(it.X)) <= _MODERATE and abs(pow2_exponent(it.z)) <= _MODERATE for it in items
+            abs(pow2_exponent(it.keys)) <= _MODERATE and abs(pow2_exponent(it.z)) <= _MODERATE for it in items
         ):
             # moderate data (entries within 2^±64): the engine's own ranges suffice; no per-step
             # rescaling of W (the throughput of the common case is unchanged)
-            X = np.stack([it.X for it in items])
+            X = np.stack([it.keys for it in items])
             return (
                 X,
                 np.stack([it.Y for it in items]),
                 np.stack([it.z for it in items]),
                 np.stack([it.v for it in items]),
                 np.zeros(len(items), dtype=np.int64),
-            )
+            ) + tail
         return (
             np.stack([c.X for c in scs]),
             np.stack([c.Y for c in scs]),
             np.stack([c.z for c in scs]),
             np.stack([c.v for c in scs]),
             np.array([c.k for c in scs], dtype=np.int64),
-        )
-    X = np.stack([it.X for it in items])
+        ) + tail
+    X = np.stack([it.keys for it in items])
     Y = np.stack([it.Y for it in items])
     z = np.stack([it.z for it in items])
     v = np.stack([it.v for it in items])
-    return X, Y, z, v
+    return (X, Y, z, v) + tail
 
 
 def _batch_matrices(arg: ArrayLike | None, B: int, d: int, name: str) -> FloatArray | None:
@@ -892,6 +904,18 @@ class _TorchBatch:
     and :attr:`undetermined` where ``ℓ'(Y_i f_i)`` is (:meth:`_check_undetermined`). Each is decided
     by a cheap bound first (a few passes over ``(T, B, n)``, vectorised); the exact ``O(T²)`` terms
     are formed only for the instances the bound does not clear.
+
+    Token masks: ``mask`` (keyword, boolean ``(B, n, T)``, ``True`` = the token takes part, ≥ 1 per
+    sequence; ``None`` or all ``True``: no mask, and no pass below does any mask work). A masked token
+    is stored as a zero key (value, score, norm and value magnitude 0: it sets no scale, bound or
+    maximum — ``Δ_b``, ``||x|| ||z||``, the rounding levels, the undetermined-ℓ' screen) and its logit is
+    ``−inf`` (:meth:`logits`), so its weight ``e^{l − max l}`` is exactly 0 and it is never a maximiser.
+    The passes that form ``l_t − l_u`` are safe for it: the fast path subtracts the (finite) largest
+    logit only; the log-domain path keeps masked tokens out of the tied set ``Z`` and, for a sequence
+    with one allowed token (no runner-up, ``l' = −inf``), shifts by 0 instead of ``−inf`` (then ``E = 0``,
+    ``ψ = 0``, ``m = −inf``: weights exactly 0, no ``−inf − (−inf)``); ``log_softmax`` gives ``−inf`` log
+    weights, which only meet finite terms or other ``−inf`` (``−inf + −inf``) and products with 0 weights.
+    Exact-duplicate classes count allowed tokens only (a zeroed key is nobody's copy).
     """
 
     #: Fast-path acceptance: the largest weight |w_it| of an instance must be ≥ this (its
@@ -921,14 +945,28 @@ class _TorchBatch:
         lo: Any,
         device: Any,
         fast: bool = True,
+        *,
+        mask: NDArray[np.bool_] | None = None,
     ):
         import torch
 
         self.torch = torch
         kw: dict[str, Any] = {"dtype": torch.float64, "device": device}
+        allowed = self._check_mask(mask, np.shape(X))
+        if allowed is not None:
+            # a masked token is a zero key (no value, no norm: it sets no scale, bound or maximum) whose
+            # logit is −inf (logits() fills it in); the caller's X is not modified
+            X = np.where(allowed[..., None], np.asarray(X, dtype=np.float64), 0.0)
         Xd = torch.as_tensor(X, **kw)
         B, n, T, d = Xd.shape
         self.B, self.n, self.T, self.d = B, n, T, d
+        #: (T, B, n) boolean: True at the masked tokens; ``None`` when every token takes part (every
+        #: mask-only pass is then skipped: the unmasked batch runs the unmasked code)
+        self._masked: Any | None = None
+        self._allowed: Any | None = None
+        if allowed is not None:
+            self._allowed = torch.as_tensor(np.ascontiguousarray(allowed.transpose(2, 0, 1)), device=device)
+            self._masked = (~self._allowed).contiguous()
         self.Xt = Xd.permute(2, 3, 0, 1).contiguous()  # (T, d, B, n)
         self.zB = torch.as_tensor(z, **kw).contiguous()  # (B, n, d)
         self.zT = self.zB.transpose(1, 2).contiguous()  # (B, d, n)
@@ -1008,6 +1046,10 @@ class _TorchBatch:
         Xn = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
         rows = Xn.view(np.dtype((np.void, 8 * d)))[..., 0]  # (B, n, T)
         same = rows[:, :, :, None] == rows[:, :, None, :]  # (B, n, T, T)
+        if allowed is not None:
+            # a masked token is no token of its sequence: its zeroed key is nobody's copy (its own class)
+            same &= allowed[:, :, :, None] & allowed[:, :, None, :]
+            same |= np.eye(T, dtype=bool)
         cls = np.argmax(same, axis=-1)  # (B, n, T): first equal token
         self._has_dup = bool(np.any(cls != np.arange(T)))
         self._cls = torch.as_tensor(np.ascontiguousarray(cls.transpose(2, 0, 1)), **kw)  # (T, B, n)
@@ -1018,13 +1060,37 @@ class _TorchBatch:
         self.undetermined: Any | None = None
         self.undetermined_detail: dict[int, tuple[int, float]] = {}
 
+    @staticmethod
+    def _check_mask(mask: Any, shape: tuple[int, ...]) -> NDArray[np.bool_] | None:
+        """The token mask as a boolean ``(B, n, T)`` array (``True`` = the token takes part), or ``None``
+        when there is none or every token takes part; refuses a wrong shape or a sequence with no token."""
+        if mask is None:
+            return None
+        allowed = np.asarray(mask)
+        if allowed.dtype != np.bool_ or allowed.shape != tuple(shape[:3]):
+            raise InvalidInstanceError(
+                f"mask must be a boolean array of shape (B, n, T) = {tuple(shape[:3])}; got dtype "
+                f"{allowed.dtype}, shape {allowed.shape}"
+            )
+        if bool(allowed.all()):
+            return None
+        empty = np.argwhere(~allowed.any(axis=2))
+        if empty.size:
+            b, i = (int(c) for c in empty[0])
+            raise InvalidInstanceError(
+                f"mask masks every token of sequence {i} of instance {b}: each sequence keeps at least one"
+            )
+        return allowed
+
     def logits(self, W: Any) -> Any:
-        """Logits ``l_it = x_itᵀ (W z_i)``, shape ``(T, B, n)`` (a reused buffer)."""
+        """Logits ``l_it = x_itᵀ (W z_i)``, shape ``(T, B, n)`` (a reused buffer); ``−inf`` at a masked token."""
         self._q.copy_(self.torch.bmm(W, self.zT, out=self._qB).transpose(0, 1))  # (d, B, n): q_i = W z_i
         l, Xk, qk = self._l, self._X_feat, self._q_feat
         self.torch.mul(Xk[0], qk[0], out=l)
         for k in range(1, self.d):
             l.addcmul_(Xk[k], qk[k])
+        if self._masked is not None:
+            l.masked_fill_(self._masked, -math.inf)  # weight e^{−inf} = 0; never a maximum (≥ 1 allowed)
         return l
 
     def log_s(self, W: Any) -> tuple[Any, Any]:
@@ -1239,13 +1305,20 @@ class _TorchBatch:
         g_r = gamma.gather(0, r0)  # (1, B, n): score of the selected token
         delta = gamma - g_r  # exactly 0 on Z
         in_z = delta == 0
+        allowed = self._allowed
+        masked = allowed is not None
+        if allowed is not None:
+            # a masked token (logit −inf, zero key: γ = 0) is not in Z even where γ_ir = 0; a sequence with
+            # one allowed token has no runner-up (l' = −inf): its reference is shifted by 0, not by −inf
+            # (−inf − (−inf) = NaN), so that E = 0, ψ = 0, m = −inf and its weights are exactly 0
+            in_z &= allowed if idx is None else allowed.index_select(1, idx)
         # Z = {r} in every sequence (the usual case, one reduction to know): scatter at r instead of
         # masks over (T, B, n), fewer passes; otherwise the masked form below.
         single = bool(in_z.sum() == in_z[0].numel())
         lm = l.scatter(0, r0, -math.inf)  # the logits of u ≠ r
         if single:
             l1 = lm.amax(dim=0)  # runner-up (outside Z = {r})
-            Z = lm.sub_(l1)  # l_u − l' ≤ 0, −inf at r
+            Z = lm.sub_(torch.where(torch.isfinite(l1), l1, 0.0) if masked else l1)  # l_u − l' ≤ 0, −inf at r
             E = torch.exp(Z)  # the runner-up's is 1: the weights that matter do not underflow
             sum_nr = E.sum(dim=0)  # Σ_{u≠r} e^{l_u − l'} ≥ 1
             lse = torch.log1p(torch.exp(l1 - lr) * sum_nr)  # lse_i − l_ir = log Σ_t e^{l_t − l_r}
@@ -1253,7 +1326,7 @@ class _TorchBatch:
             log_nd = (l1 - lr - lse) + torch.log(sum_nr)
         else:
             l2 = lm.amax(dim=0)  # runner-up among all u ≠ r, for lse (Σ ≥ 1: no underflow)
-            sum_nr = lm.sub_(l2).exp_().sum(dim=0)
+            sum_nr = lm.sub_(torch.where(torch.isfinite(l2), l2, 0.0) if masked else l2).exp_().sum(dim=0)
             lse = torch.log1p(torch.exp(l2 - lr) * sum_nr)
             if self._has_dup:  # the weight outside r's exact duplicates, as a log-sum-exp
                 outside = torch.where(cls != cls.gather(0, r0), l, -math.inf)
@@ -1550,8 +1623,16 @@ def run_gd_batch(
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
 
+    Token masks (:attr:`Instance.mask`) are supported, as in :func:`run_gd`: a masked token takes no
+    part (weight exactly 0, never selected in ``tokens``, no part in any scale, bound or refusal), so
+    each instance runs as the instance with its masked tokens deleted. Instances of one batch may have
+    different masks, or none (masked and unmasked instances mix, e.g. the causal and the plain
+    :meth:`Instance.from_sequences` instances of one ``(n, T, d)``); the engine reads the keys
+    (:attr:`Instance.keys`) and sets the masked logits to ``−inf``. A batch without any mask runs the
+    unmasked engine unchanged.
+
     Args:
-      instances: a sequence of ``B`` :class:`Instance` of one shape ``(n, T, d)``.
+      instances: a sequence of ``B`` :class:`Instance` of one shape ``(n, T, d)``, masked or not.
       steps, lr, normalized, loss: as :func:`run_gd`.
       device: ``None``/``"cpu"`` or ``"cuda"`` (raises if CUDA is unavailable).
       W0: initial matrices, shape ``(d, d)`` (shared) or ``(B, d, d)``; default zeros.
@@ -1574,6 +1655,13 @@ def run_gd_batch(
     instance, at record steps and where a step fails); agrees with :func:`run_gd` to ~1e-8 relative
     (measured ≤ 1e-13) at every scale where float64 determines the direction (the rounding of the
     values and logits moves it by less than 1e-11), and refuses where :func:`run_gd` does.
+
+    Conditioning: the agreement of whole trajectories also needs an iteration that does not amplify
+    rounding. The two engines' directions at the same ``W`` agree to ~1e-13 at every step, but at large
+    ``lr`` normalized GD can amplify a 1-ulp difference of an iterate exponentially: on 4×6×8 random
+    instances at ``lr = 2`` (and on some at ``lr = 0.5``), :func:`run_gd` itself started from ``W_10``
+    and from ``W_10·(1 + 2^−52)`` ends 1e-3 … 1e-2 apart after 300 steps, and the batched and single runs
+    separate likewise. There, compare directions at given ``W`` (:func:`attnsvm.normalized_risk_grad`), not runs.
     """
     require("torch", feature="run_gd_batch (the batched torch engine)")  # pragma: no mutate
     import torch
@@ -1582,7 +1670,7 @@ def run_gd_batch(
     lr = check_lr(lr)
     lo = get_loss(loss)
     dev = _torch_device(device)
-    X, Y, z, v, kb = _stack_instances(instances, rescale=True)
+    X, Y, z, v, kb, allowed = _stack_instances(instances, rescale=True, masks=True)
     B, n, T, d = X.shape
     W0a = _batch_matrices(W0, B, d, "W0")
     ref = _batch_matrices(reference, B, d, "reference")
@@ -1598,7 +1686,7 @@ def run_gd_batch(
     # The engine runs on the rescaled data (see _Scaled): instance b's logits are x'ᵀ W'_b z' with
     # W'_b = W_b·2^k_b. The iterate stays in the user's scale (W_b: representable whenever the answer
     # is) and W' is formed from it before each step by exact powers of two (skipped when every k_b = 0).
-    eng = _TorchBatch(X, Y, z, v, lo, dev, fast=fast_path)
+    eng = _TorchBatch(X, Y, z, v, lo, dev, fast=fast_path, mask=allowed)
     W = (
         torch.zeros((B, d, d), dtype=torch.float64, device=dev)
         if W0a is None
@@ -1682,7 +1770,8 @@ def run_gd_batch(
             for b in map(int, np.flatnonzero(np.abs(risk_np) < FLOAT_TINY)):
                 sc = scales[b]
                 try:
-                    risk_np[b] = risk_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, Wn[b], f"W_{t}"), lo)
+                    Wb = _to_logit_scale(sc, Wn[b], f"W_{t}")
+                    risk_np[b] = risk_of(sc.X, sc.Y, sc.z, sc.v, Wb, lo, **sc.mask_kw)
                 except NumericalError as exc:
                     raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
             rec["risks"].append(risk_np)
