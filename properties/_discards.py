@@ -33,11 +33,33 @@ from typing import Any
 
 from hypothesis import event
 
-__all__ = ["MAX_DISCARD_FRACTION", "Tally", "bounded_discards"]
+__all__ = ["MAX_DISCARD_FRACTION", "RANDOM_PROFILE_ALPHA", "Tally", "bounded_discards", "too_many_discards"]
 
 #: At most this fraction of a property's examples may be set aside (asserted after each run): a
 #: property that discards more tests too little of what it claims.
 MAX_DISCARD_FRACTION = 0.05
+
+#: Under a randomized profile (``dev``, ``sweep``) the examples differ from run to run, so the observed
+#: fraction scatters around the true discard rate: 2 of 38 (5.3 %) happens in about half the runs of a
+#: property whose true rate is 5 %. There the test fails when the observed count is improbable under the
+#: bound: the exact binomial tail ``P[Bin(run, max_fraction) ≥ discarded]`` is below this level (a property
+#: that sets 20 of 100 aside fails, p ≈ 1e-7). Derandomized profiles (``ci``) compare the observed fraction
+#: itself, which is reproducible.
+RANDOM_PROFILE_ALPHA = 1e-3
+
+
+def too_many_discards(discarded: int, run: int, max_fraction: float = MAX_DISCARD_FRACTION) -> bool:
+    """Whether ``discarded`` of ``run`` examples breaks the bound ``max_fraction`` (see
+    :data:`RANDOM_PROFILE_ALPHA` for randomized profiles)."""
+    from hypothesis import settings
+    from scipy.stats import binom
+
+    if settings.default.derandomize:
+        return discarded > max_fraction * run
+    return (
+        discarded > max_fraction * run
+        and float(binom.sf(discarded - 1, run, max_fraction)) < RANDOM_PROFILE_ALPHA
+    )
 
 
 class Tally:
@@ -69,7 +91,7 @@ def bounded_discards(tally: Tally, max_fraction: float = MAX_DISCARD_FRACTION) -
                 test._hypothesis_internal_use_seed = seed
             test(*args, **kwargs)
             assert tally.run > 0
-            assert tally.discarded <= max_fraction * tally.run, (
+            assert not too_many_discards(tally.discarded, tally.run, max_fraction), (
                 f"{tally.discarded} of {tally.run} examples set aside (> {max_fraction:.0%})"
             )
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _discards import too_many_discards
 from hypothesis import event, example, given, note, settings, target
 from hypothesis import strategies as st
 
@@ -342,4 +343,4 @@ def test_rounded_band_is_rare() -> None:
     stays a thin band, at most MAX_ROUNDED_FRACTION of the examples."""
     if _rounded["all"] == 0:
         pytest.skip("selected alone: no property examples ran in this session to bound")
-    assert _rounded["n"] <= MAX_ROUNDED_FRACTION * _rounded["all"], _rounded
+    assert not too_many_discards(_rounded["n"], _rounded["all"], MAX_ROUNDED_FRACTION), _rounded
