@@ -1064,10 +1064,17 @@ def _correction_norm(L: FloatArray, E: IntArray, V: IntArray, sV: FloatArray) ->
     that repeats rows of ``E`` (ties) adds its own slack, not ``1/0``. The same quantity as the working set's
     ``_correction_norm`` (which works from its own row store).
     """
-    T = np.concatenate([E, V]).astype(np.intp)
-    U, sv, _ = np.linalg.svd(L[T], full_matrices=False)
-    kept = sv > max(T.size, L.shape[1]) * EPS * sv[0]
-    delta = np.concatenate([np.zeros(E.size), sV])
+    return _factor_correction_norm(L[np.concatenate([E, V]).astype(np.intp)], E.size, sV)
+
+
+def _factor_correction_norm(L_T: FloatArray, n_equal: int, sV: FloatArray) -> float:
+    """``√(δᵀK_TT⁺δ)`` from a factor ``L_T`` of the rows ``T`` (``L_T L_Tᵀ = K_TT``), ``δ = (0, …, 0, s_V)``
+    with ``n_equal`` leading zeros (the rows held as equalities): the norm of the least-norm correction
+    (:func:`_correction_norm`). An SVD of ``L_T``; singular values below ``max(shape)·eps·σ_max`` (the
+    numerical rank, as :func:`_tight_solve`) count as 0."""
+    U, sv, _ = np.linalg.svd(L_T, full_matrices=False)
+    kept = sv > max(L_T.shape) * EPS * sv[0]
+    delta = np.concatenate([np.zeros(n_equal), sV])
     return math.sqrt(float(np.sum((U[:, kept].T @ delta) ** 2 / sv[kept] ** 2)))
 
 

@@ -93,6 +93,7 @@ from ._solve import (
     _classify,
     _Core,
     _core,
+    _factor_correction_norm,
     _fro_margins,
     _kkt,
     _pairs_alpha,
@@ -429,10 +430,7 @@ def _correction_norm(
         # K's rounding below √eps
         c = rows.u.c
         L = _svm_factor(rows.u.zhat, SVMConstraints(c.deltas[T], c.queries[T], c.pairs[T], c.alpha)).L
-        U, sv, _ = np.linalg.svd(L, full_matrices=False)
-        kept = sv > max(L.shape) * EPS * sv[0]  # numerical rank, as svm._tight_solve
-        delta = np.concatenate([np.zeros(E.size), sV])
-        return math.sqrt(float(np.sum((U[:, kept].T @ delta) ** 2 / sv[kept] ** 2)))
+        return _factor_correction_norm(L, E.size, sV)
     if chol is None or not np.array_equal(np.sort(chol.F), np.sort(E)):
         chol = _GramCholesky(rows)
         try:
