@@ -52,6 +52,25 @@ Instances:
   score: the global-convergence condition of Tarzanagh et al. (arXiv 2308.16898), under
   which GD selects the optimal tokens.
 
+Token masks and sequence-to-sequence instances (:attr:`attnsvm.Instance.mask`,
+:meth:`attnsvm.Instance.from_sequences`):
+
+* :func:`token_masks` — boolean ``(n, T)`` masks with ≥ 1 allowed token per row, shrinking to
+  all-True (no mask); rows are unmasked, random subsets, or a single allowed token; ``padding=True``
+  gives right-padding (prefix) masks.
+* :func:`instance_masks` — masks aimed at an instance's hard cases (:data:`MASK_TARGETS`): its score
+  maximiser, runner-up, a tied or copied token, its largest token, the query token.
+* ``masked=True`` on :func:`instances` and :func:`feasible_instances` adds such a mask (its draws are
+  made only then, so ``masked=False`` draws are unchanged); :func:`feasible_instances` keeps its optimal
+  tokens allowed, which keeps its feasibility and uniqueness guarantee exactly.
+* :func:`instance_kind` names what a property drew (plain, masked, seq2seq, causal, padded), for
+  ``hypothesis.event``.
+* :func:`sequence_instances` — :meth:`~attnsvm.Instance.from_sequences` instances, causal or not,
+  optionally with right padding.
+
+:func:`token_choices`, :func:`saturated_weights`, :func:`log_runner_up_weight` and :func:`scaled`
+honour a mask (allowed tokens only; the runner-up among allowed tokens).
+
 Shapes: :func:`shapes` with ``generic_feasible=True`` keeps ``d ≥ max(n, T − 1)``;
 ``below_n=True`` drops the ``d ≥ n`` part, so ``d < n`` — where Att-SVM(α) can be infeasible
 for generic data — is drawn too (for properties that assert the claim's true condition there).
@@ -102,7 +121,7 @@ from numpy.typing import NDArray
 from scipy.special import ndtri
 
 from .errors import InvalidInstanceError, unknown_name
-from .model._instance import Instance, require_unmasked
+from .model._instance import Instance
 
 __all__ = [
     "INSTANCE_FAMILIES",
@@ -113,6 +132,11 @@ __all__ = [
     "shapes",
     "instances",
     "feasible_instances",
+    "MASK_TARGETS",
+    "token_masks",
+    "instance_masks",
+    "sequence_instances",
+    "instance_kind",
     "token_choices",
     "instances_and_alphas",
     "directions",
@@ -302,6 +326,7 @@ def instances(
     *,
     duplicates: bool = False,
     near_parallel: bool = False,
+    masked: bool = False,
 ) -> Instance:
     """General instances (no feasibility or uniqueness guarantee).
 
@@ -319,6 +344,9 @@ def instances(
       near_parallel: let tokens be ``x_iu = x_it + δ e_k`` (``t < u``) with ``log10 δ`` drawn in
         ``NEAR_PARALLEL_LOG10 = [−15, −1]`` (shrinking to ``δ = 0.1``); at ``δ`` below the
         rounding of ``x_it`` the pair is an exact copy. Applied before ``"unit"`` scaling.
+      masked: add a token mask, as :func:`instance_masks` draws it (its row kinds drawn right after the
+        shape, the rest after the data); ``masked=False`` draws exactly what it drew before masks
+        existed. It shrinks to no mask.
 
     Returns:
       An :class:`attnsvm.Instance`, entries finite with ``|entry| ≤ bound`` (``+ 0.1`` with
@@ -328,6 +356,7 @@ def instances(
         raise unknown_name("instance family", family, INSTANCE_FAMILIES)
     self_attn = _self_or_cross(draw, attention)
     nn, TT, dd = shape if shape is not None else draw(shapes(n, T, d))
+    kinds = _row_kinds(draw, nn) if masked else None
     z: FloatArray | None
     if family == "uniform":
         el = bounded_floats(bound)
@@ -346,7 +375,10 @@ def instances(
         if family == "unit":
             X, zg, v = _unit_rows(X), _unit_rows(zg), _unit_rows(v[None])[0]
         z = None if self_attn else zg
-    return Instance(X, _labels(draw, nn), v, z)  # type: ignore[arg-type]  # z=None: self-attention
+    inst = Instance(X, _labels(draw, nn), v, z)  # type: ignore[arg-type]  # z=None: self-attention
+    if not masked:
+        return inst
+    return _with_mask(inst, _instance_mask(draw, inst, None, kinds))
 
 
 def _orthonormal(draw: Any, d: int) -> FloatArray:
@@ -373,6 +405,8 @@ def feasible_instances(
     attention: str = "either",
     min_gap: float = 0.1,
     equal_nonoptimal_scores: bool = False,
+    *,
+    masked: bool = False,
 ) -> Instance:
     """Instances constructed so that every Att-SVM(α) is feasible and ``opt`` is unique.
 
@@ -389,6 +423,15 @@ def feasible_instances(
         this much.
       equal_nonoptimal_scores: give all non-optimal tokens of a sequence the same score
         (the global-convergence condition of arXiv 2308.16898).
+      masked: add a token mask (as :func:`instance_masks` with ``keep`` = the optimal tokens draws it;
+        ``masked=False`` draws are unchanged; it shrinks to no mask). The guarantee is kept
+        exactly: masking removes tokens other than ``opt_i``, and a subset of affinely independent
+        tokens is affinely independent (the remaining differences ``x_iα − x_it`` are a subset of
+        linearly independent vectors), the queries are unchanged (also a masked query token,
+        ``z_i = x_i0``, stays the query), and the best score still leads every remaining one by
+        at least ``min_gap``. So every Att-SVM(α) over the allowed tokens is feasible and
+        ``optimal_tokens()`` is the constructed ``opt``. (A mask that leaves every sequence one token
+        leaves Att-SVM without a constraint, which ``solve_svm`` refuses: ``W_mm = 0``.)
 
     Returns:
       An :class:`attnsvm.Instance` whose ``optimal_tokens()`` never raises.
@@ -398,6 +441,7 @@ def feasible_instances(
     self_attn = _self_or_cross(draw, attention)
     nn = draw(st.integers(*_check_range("n", n, 1)))
     TT = draw(st.integers(*_check_range("T", T, 2)))
+    kinds = _row_kinds(draw, nn) if masked else None
     dd = (nn + TT if self_attn else TT + 1) + draw(st.integers(*_check_range("extra_d", extra_d, 0)))
     Y = _labels(draw, nn)
     c = draw(st.floats(0.5, 2.0)) * draw(st.sampled_from([1.0, -1.0]))
@@ -430,17 +474,252 @@ def feasible_instances(
         X[i] = g[:, None] * e0[None, :] + (r[None, :] * P).T + offset[None, :]
     v = c * e0
     if self_attn:
-        return Instance(X, Y, v)
-    Q = _orthonormal(draw, dd)[:, :nn]
-    s = _float_array(draw, nn, 0.5, 2.0)
-    return Instance(X, Y, v, (Q * s[None, :]).T)
+        inst = Instance(X, Y, v)
+    else:
+        Q = _orthonormal(draw, dd)[:, :nn]
+        s = _float_array(draw, nn, 0.5, 2.0)
+        inst = Instance(X, Y, v, (Q * s[None, :]).T)
+    if not masked:
+        return inst
+    return _with_mask(inst, _instance_mask(draw, inst, opt.astype(np.intp), kinds))
+
+
+# ---------------------------------------------------------------- token masks
+#: The instance-dependent hard cases of :func:`instance_masks`: which token of a sequence is masked on
+#: purpose. ``"top score"``: the score maximiser ``argmax_t Y_i vᵀx_it`` (the optimal token moves);
+#: ``"runner-up score"``: the second best (the score gap widens); ``"tie partner"``: one token of a pair
+#: that ties in score (to the tie level of :meth:`attnsvm.Instance.optimal_tokens`) or is an exact copy
+#: (masking it resolves the tie); ``"largest norm"``: the token of largest ``||x_it||`` (it sets the scale of
+#: the sequence); ``"query"``: token 0 of a self-attention instance (its query ``z_i = x_i0``, which stays
+#: the query: a query need not be a key).
+MASK_TARGETS = ("top score", "runner-up score", "tie partner", "largest norm", "query")
+#: The structural row kinds of :func:`token_masks` (``"all"``, the shrink target, masks nothing).
+_ROW_KINDS = ("all", "random", "single")
+#: A score tie as :meth:`attnsvm.Instance.optimal_tokens` defines it: within 64 eps of ``Σ_k|v_k x_itk|``.
+_TIE_RTOL = 64 * float(np.finfo(np.float64).eps)
+
+
+def _with_mask(inst: Instance, mask: NDArray[np.bool_]) -> Instance:
+    """``inst`` with ``mask`` (an all-True mask gives the unmasked instance, ``mask = None``)."""
+    z = None if inst.self_attention else inst.z
+    return Instance(inst.X, inst.Y, inst.v, z, mask=mask)  # type: ignore[arg-type]  # z=None: self-attention
+
+
+def _check_keep(keep: Any, n: int, T: int) -> NDArray[np.intp] | None:
+    if keep is None:
+        return None
+    arr = np.asarray(keep)
+    if arr.shape != (n,) or arr.dtype.kind not in "iu" or np.any((arr < 0) | (arr >= T)):
+        raise InvalidInstanceError(
+            f"keep must hold one token index in [0, {T - 1}] per sequence, shape ({n},); got {keep!r}"
+        )
+    return arr.astype(np.intp)
+
+
+def _mask_row(
+    draw: Any, T: int, keep_t: int | None, targets: dict[str, int], kind: str | None = None
+) -> NDArray[np.bool_]:
+    """One row of a mask: a drawn kind (``"all"`` first, so rows shrink to nothing masked), ≥ 1 token
+    allowed, ``keep_t`` (when given) always allowed, a target token (``targets``) always masked; every kind
+    but ``"all"`` masks at least one token. A ``kind`` drawn beforehand is used instead (a target the row
+    does not have becomes ``"random"``)."""
+    if kind is None:
+        kind = draw(st.sampled_from(_ROW_KINDS + tuple(targets)))
+    elif kind not in _ROW_KINDS and kind not in targets:
+        kind = "random"
+    row = np.ones(T, dtype=bool)
+    if kind == "all":
+        return row
+    if kind == "single":
+        k = keep_t if keep_t is not None else int(draw(st.integers(0, T - 1)))
+        row[:] = False
+        row[k] = True
+        return row
+    # "random" or a target: every token may be dropped (each a draw shrinking to "kept")
+    row = ~np.array(draw(st.lists(st.booleans(), min_size=T, max_size=T)), dtype=bool)
+    masked = targets.get(kind)
+    if masked is not None:
+        row[masked] = False
+    if keep_t is not None:
+        row[keep_t] = True
+    elif not row.any():
+        others = [t for t in range(T) if t != masked]
+        row[int(draw(st.sampled_from(others)))] = True
+    if row.all():  # "random" masks at least one token (only "all" leaves the row whole)
+        row[int(draw(st.sampled_from([t for t in range(T) if t != keep_t])))] = False
+    return row
+
+
+@st.composite
+def token_masks(draw: Any, n: int, T: int, *, keep: Any = None, padding: bool = False) -> NDArray[np.bool_]:
+    """Boolean ``(n, T)`` token masks (``True`` = the token takes part) with ≥ 1 allowed token per row.
+
+    Each row is one of: nothing masked (the shrink target, so a failure shrinks to fewer masked
+    rows), a random subset (each token a draw that shrinks to "kept"), or a single allowed token
+    (the hard case: no Att-SVM constraint, weight exactly 1). For masks aimed at an instance's
+    own hard cases (its score maximiser, a tie partner, the largest token) use
+    :func:`instance_masks`.
+
+    Args:
+      n, T: the shape.
+      keep: optional ``(n,)`` token indices that stay allowed (e.g. a token choice α).
+      padding: right-padding masks instead: row ``i`` allows a prefix ``t < L_i``, ``L_i`` drawn in
+        ``[1, T]`` (shrinking to ``T``); with ``keep`` the prefix covers ``keep_i``.
+    """
+    for name, val, low in (("n", n, 1), ("T", T, 2)):
+        if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < low:
+            raise InvalidInstanceError(f"{name} must be an integer ≥ {low}; got {val!r}")
+    kp = _check_keep(keep, n, T)
+    mask = np.ones((n, T), dtype=bool)
+    for i in range(n):
+        if padding:
+            lo = 1 if kp is None else int(kp[i]) + 1
+            mask[i, T - int(draw(st.integers(0, T - lo))) :] = False
+        else:
+            mask[i] = _mask_row(draw, T, None if kp is None else int(kp[i]), {})
+    return mask
+
+
+def _mask_targets(inst: Instance, i: int, keep_t: int | None) -> dict[str, int]:
+    """The hard-case tokens of sequence ``i`` (:data:`MASK_TARGETS`), other than ``keep_t``."""
+    x = np.asarray(inst.X[i])
+    with np.errstate(all="ignore"):  # any finite data: an overflowing score or norm only picks an index
+        gam = np.nan_to_num(inst.Y[i] * (x @ inst.v))
+        level = np.nan_to_num(np.abs(x) @ np.abs(inst.v))
+        m = np.max(np.abs(x), axis=1)  # ||x_t|| = m·||x_t/m||: no overflow of the squares
+        norms = m * np.linalg.norm(x / np.where(m > 0, m, 1.0)[:, None], axis=1)
+    order = np.argsort(-gam, kind="stable")
+    found = {
+        "top score": int(order[0]),
+        "runner-up score": int(order[1]),
+        "largest norm": int(np.argmax(norms)),
+    }
+    tol = _TIE_RTOL * float(np.max(level))
+    T = inst.T
+    for t in range(1, T):  # the later token of the first tied (or copied) pair
+        if any(abs(gam[t] - gam[u]) <= tol or np.array_equal(x[t], x[u]) for u in range(t)):
+            partner = next(u for u in range(t) if abs(gam[t] - gam[u]) <= tol or np.array_equal(x[t], x[u]))
+            found["tie partner"] = t if t != keep_t else partner
+            break
+    if inst.self_attention:
+        found["query"] = 0
+    return {k: found[k] for k in MASK_TARGETS if k in found and found[k] != keep_t}
+
+
+@st.composite
+def instance_masks(draw: Any, inst: Instance, *, keep: Any = None) -> NDArray[np.bool_]:
+    """Token masks for ``inst`` that reach its hard cases on purpose.
+
+    As :func:`token_masks` (rows shrink to nothing masked; random subsets; a single allowed token),
+    and, per row, masks aimed at the sequence's own tokens (:data:`MASK_TARGETS`): its score
+    maximiser, its runner-up, one token of a tied or copied pair, its largest token, or (self-attention)
+    the query token ``x_i0``. The aimed token is masked, the other tokens are random draws, and at least
+    one token stays allowed. ``inst``'s own mask is ignored (the result replaces it).
+
+    Args:
+      inst: the instance (its scores and tokens define the targets).
+      keep: optional ``(n,)`` token indices that stay allowed (never a target), e.g. the optimal tokens
+        of :func:`feasible_instances`, which keeps its feasibility guarantee under such masks.
+    """
+    return _instance_mask(draw, inst, _check_keep(keep, inst.n, inst.T), None)
+
+
+def _row_kinds(draw: Any, n: int) -> list[str]:
+    """Row kinds drawn up front by ``masked=True`` (before the data: draws made last are more often the
+    simplest ones, which would leave most masks all-True)."""
+    return list(draw(st.lists(st.sampled_from(_ROW_KINDS + MASK_TARGETS), min_size=n, max_size=n)))
+
+
+def _instance_mask(
+    draw: Any, inst: Instance, kp: NDArray[np.intp] | None, kinds: list[str] | None
+) -> NDArray[np.bool_]:
+    mask = np.ones((inst.n, inst.T), dtype=bool)
+    for i in range(inst.n):
+        keep_t = None if kp is None else int(kp[i])
+        kind = None if kinds is None else kinds[i]
+        mask[i] = _mask_row(draw, inst.T, keep_t, _mask_targets(inst, i, keep_t), kind)
+    return mask
+
+
+@st.composite
+def sequence_instances(
+    draw: Any,
+    n: _SizeRange = (1, 2),
+    T: _SizeRange = (2, 4),
+    d: _SizeRange = (1, 4),
+    family: str = "gaussian",
+    bound: float = 4.0,
+    *,
+    causal: bool | None = None,
+    padding: bool = False,
+    duplicates: bool = False,
+    near_parallel: bool = False,
+) -> Instance:
+    """Sequence-to-sequence instances, :meth:`attnsvm.Instance.from_sequences` (``n·T`` queries).
+
+    ``X`` and ``v`` are those of an :func:`instances` draw (``family``, ``bound``, ``duplicates``,
+    ``near_parallel`` as there); the labels ``Y`` are ``(n, T)`` draws of ±1. Query ``(i, k)`` is row
+    ``i·T + k``: tokens ``X_i``, query ``x_ik``, mask ``t ≤ k`` when causal.
+
+    Args:
+      n, T, d: inclusive size ranges (the instance has ``n·T`` rows: keep them small).
+      causal: ``True``/``False``, or ``None`` (default) to draw it (shrinking to non-causal).
+      padding: also mask right padding: sequence ``i`` has ``L_i`` real tokens (``L_i`` drawn in
+        ``[1, T]``, shrinking to ``T``), and every query of it attends to ``t < L_i`` only (and
+        ``t ≤ k`` when causal; ``t = 0`` is always allowed). The padded positions stay queries.
+    """
+    base = draw(instances(n, T, d, family, "self", bound, duplicates=duplicates, near_parallel=near_parallel))
+    nn, TT = base.n, base.T
+    Y = _labels(draw, nn * TT).reshape(nn, TT)
+    c = bool(draw(st.booleans())) if causal is None else bool(causal)
+    inst = Instance.from_sequences(base.X, Y, base.v, causal=c)
+    if not padding:
+        return inst
+    lengths = [TT - int(draw(st.integers(0, TT - 1))) for _ in range(nn)]
+    pad = np.repeat(np.arange(TT)[None, :] < np.array(lengths)[:, None], TT, axis=0)  # row i·T + k: t < L_i
+    return _with_mask(inst, inst.allowed & pad)
+
+
+def instance_kind(inst: Instance) -> str:
+    """What kind of instance ``inst`` is, for ``hypothesis.event`` (counting the kinds a property drew).
+
+    ``"plain"`` (no mask), ``"masked"`` (a mask on a one-query-per-sequence instance), or, for an
+    instance of :meth:`~attnsvm.Instance.from_sequences` shape (``n = m·T`` rows, row ``i·T + k`` holding
+    the tokens ``X_i`` and the query ``x_ik``, recognised from the data), ``"seq2seq"``, ``"seq2seq causal"``
+    (every row's mask within ``t ≤ k``), with ``" padded"`` appended when the mask masks more than that.
+    A ``" (single token)"`` suffix says that some row has exactly one allowed token.
+    """
+    n, T, d = inst.shape
+    single = " (single token)" if inst.mask is not None and np.any(inst.mask.sum(axis=1) == 1) else ""
+    seq = False
+    if not inst.self_attention and n % T == 0:
+        blocks = inst.X.reshape(n // T, T, T, d)
+        seq = bool(np.array_equal(blocks, np.broadcast_to(blocks[:, :1], blocks.shape))) and bool(
+            np.array_equal(inst.z.reshape(n // T, T, d), blocks[:, 0])
+        )
+    if not seq:
+        return ("plain" if inst.mask is None else "masked") + single
+    if inst.mask is None:
+        return "seq2seq"
+    tril = np.tril(np.ones((T, T), dtype=bool))
+    m = inst.mask.reshape(n // T, T, T)
+    causal = not np.any(m & ~tril)
+    padded = not np.array_equal(m, np.broadcast_to(tril if causal else np.ones((T, T), dtype=bool), m.shape))
+    return "seq2seq" + (" causal" if causal else "") + (" padded" if padded else "") + single
 
 
 @st.composite
 def token_choices(draw: Any, inst: Instance) -> NDArray[np.intp]:
-    """A token choice α for ``inst``: one index in ``[0, T)`` per sequence, shape ``(n,)``."""
-    require_unmasked(inst, "attnsvm.strategies.token_choices")
-    return np.array(draw(hnp.arrays(np.intp, (inst.n,), elements=st.integers(0, inst.T - 1))), dtype=np.intp)
+    """A token choice α for ``inst``: one index in ``[0, T)`` per sequence, shape ``(n,)``.
+
+    With a token mask (:attr:`attnsvm.Instance.mask`) each index is one of the sequence's allowed tokens
+    (a draw from them, shrinking to the first allowed one).
+    """
+    if inst.mask is None:
+        return np.array(
+            draw(hnp.arrays(np.intp, (inst.n,), elements=st.integers(0, inst.T - 1))), dtype=np.intp
+        )
+    return np.array([draw(st.sampled_from(np.flatnonzero(row).tolist())) for row in inst.mask], dtype=np.intp)
 
 
 @st.composite
@@ -491,12 +770,33 @@ def log_runner_up_weight(inst: Instance, W: Any) -> float:
     logits of ``W`` are furthest apart, the log of the largest weight other than the top one.
 
     Computed in log form (log-sum-exp), so it is exact far below the float64 range.
+
+    With a token mask the logits, the top two and the weights are those of the allowed tokens; a
+    sequence with one allowed token has no runner-up and is skipped. When no sequence has two
+    allowed tokens the result is ``−inf`` (there is no runner-up weight: every weight is 0 or 1).
     """
-    require_unmasked(inst, "attnsvm.strategies.log_runner_up_weight")
-    L = np.einsum("ntk,kj,nj->nt", inst.X, np.asarray(W, dtype=np.float64), inst.z)
-    Ls = -np.sort(-L, axis=1)
-    i = int(np.argmax(Ls[:, 0] - Ls[:, 1]))
-    return _log_runner_up_at(1.0, Ls[i])
+    L = np.einsum("ntk,kj,nj->nt", inst.keys, np.asarray(W, dtype=np.float64), inst.z)
+    if inst.mask is None:
+        Ls = -np.sort(-L, axis=1)
+        i = int(np.argmax(Ls[:, 0] - Ls[:, 1]))
+        return _log_runner_up_at(1.0, Ls[i])
+    Ls, counts, gaps = _allowed_sorted(inst, L)
+    if not np.any(counts >= 2):
+        return -math.inf
+    i = int(np.argmax(gaps))
+    return _log_runner_up_at(1.0, Ls[i, : counts[i]])
+
+
+def _allowed_sorted(inst: Instance, L: FloatArray) -> tuple[FloatArray, NDArray[np.intp], FloatArray]:
+    """Masked logits: each row's allowed logits sorted descending (then ``−inf``), the allowed counts,
+    and the top-two gaps (``−inf`` for a row with one allowed token, never chosen as the most saturated)."""
+    assert inst.mask is not None
+    Ls = -np.sort(-np.where(inst.mask, L, -np.inf), axis=1)
+    counts = np.count_nonzero(inst.mask, axis=1)
+    two = counts >= 2
+    gaps = np.full(inst.n, -np.inf)
+    gaps[two] = Ls[two, 0] - Ls[two, 1]  # both finite where two tokens are allowed
+    return Ls, counts, gaps
 
 
 def _check_log_range(name: str, lo: float, hi: float, top: float) -> None:
@@ -534,8 +834,11 @@ def saturated_weights(
     top logits (no saturation is possible along ``U``) ``W = U``; ``c`` is capped so that every
     logit magnitude ``Σ_kj |x_k W_kj z_j|`` stays ≤ ``LOGIT_CAP = 1e300`` (then ``ρ`` is not
     reached).
+
+    Token masks: the logits, gaps and weights are those of the allowed tokens (a sequence with one
+    allowed token has no runner-up and is skipped); when no sequence has two allowed tokens every
+    ``W`` gives the same weights, and the result is ``W = U``.
     """
-    require_unmasked(inst, "attnsvm.strategies.saturated_weights")
     if (runner_up is None) == (log_runner_up is None):
         raise InvalidInstanceError("give exactly one of runner_up=(lo, hi) and log_runner_up=(lo, hi)")
     if runner_up is not None:
@@ -552,23 +855,29 @@ def saturated_weights(
     # w = 0 is the shrink target: the moderate end.
     target = lhi - (lhi - llo) * _unit_interval(draw)
     U = draw(directions(inst.d))
-    L = np.einsum("ntk,kj,nj->nt", inst.X, U, inst.z)
-    Ls = -np.sort(-L, axis=1)
-    gaps = Ls[:, 0] - Ls[:, 1]
-    i = int(np.argmax(gaps))
+    L = np.einsum("ntk,kj,nj->nt", inst.keys, U, inst.z)  # keys: X itself when unmasked
+    if inst.mask is None:
+        Ls = -np.sort(-L, axis=1)
+        gaps = Ls[:, 0] - Ls[:, 1]
+        i = int(np.argmax(gaps))
+        row = Ls[i]
+    else:
+        Ls, counts, gaps = _allowed_sorted(inst, L)
+        i = int(np.argmax(gaps))
+        row = Ls[i, : counts[i]]  # the allowed logits only (0·(−inf) would be NaN at c = 0)
     g = float(gaps[i])
     if not g > 0:
         return U
-    lam = float(np.max(np.einsum("ntk,kj,nj->nt", np.abs(inst.X), np.abs(U), np.abs(inst.z))))
+    lam = float(np.max(np.einsum("ntk,kj,nj->nt", np.abs(inst.keys), np.abs(U), np.abs(inst.z))))
     c_cap = min(LOGIT_CAP / lam if lam > 0 else LOGIT_CAP, LOGIT_CAP)
-    if _log_runner_up_at(0.0, Ls[i]) <= target:
+    if _log_runner_up_at(0.0, row) <= target:
         return np.zeros_like(U)
     lo_c, hi_c = 0.0, min(-target / g, c_cap)
-    if _log_runner_up_at(hi_c, Ls[i]) > target:  # capped: the most saturated W allowed
+    if _log_runner_up_at(hi_c, row) > target:  # capped: the most saturated W allowed
         return hi_c * U
     for _ in range(200):  # bisection: log ρ(c) is decreasing in c
         mid = 0.5 * (lo_c + hi_c)
-        if _log_runner_up_at(mid, Ls[i]) > target:
+        if _log_runner_up_at(mid, row) > target:
             lo_c = mid
         else:
             hi_c = mid
@@ -632,8 +941,10 @@ def exponent_range(*arrays: Any, headroom_bits: int = 0) -> tuple[int, int]:
 
 
 def scaled(inst: Instance, jx: int = 0, jz: int = 0, jv: int = 0) -> Instance:
-    """``inst`` with ``X → 2^jx X``, ``z → 2^jz z``, ``v → 2^jv v`` (self-attention: ``jz`` must be ``jx``)."""
-    require_unmasked(inst, "attnsvm.strategies.scaled")
+    """``inst`` with ``X → 2^jx X``, ``z → 2^jz z``, ``v → 2^jv v`` (self-attention: ``jz`` must be ``jx``).
+
+    The token mask (if any) is kept: the masked tokens are scaled with the others.
+    """
     X = np.ldexp(inst.X, jx)
     v = np.ldexp(inst.v, jv)
     if inst.self_attention:
@@ -641,8 +952,8 @@ def scaled(inst: Instance, jx: int = 0, jz: int = 0, jv: int = 0) -> Instance:
             raise InvalidInstanceError(
                 f"a self-attention instance has z = X[:, 0]: jz must equal jx; got {jz} ≠ {jx}"
             )
-        return Instance(X, inst.Y, v)
-    return Instance(X, inst.Y, v, np.ldexp(inst.z, jz))
+        return Instance(X, inst.Y, v, mask=inst.mask)
+    return Instance(X, inst.Y, v, np.ldexp(inst.z, jz), mask=inst.mask)
 
 
 @st.composite

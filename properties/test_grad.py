@@ -9,6 +9,14 @@ logistic and exponential losses). Every entry of ``∇L`` is then within
 ``ULPS · EPS · κ · S_kj`` of the exact value, where ``S_kj = Σ_it m_it |x_itk| |z_ij|`` sums
 the magnitudes of the terms the formula adds (see :func:`_scales`), and ``ULPS`` absorbs the
 constant number of roundings per term.
+
+Masks (issue 15 §2). Each property has a ``*_masked`` twin on masked instances (masks aimed at the
+hard cases: the score maximiser, a tie partner, the largest token, a single allowed token) and on
+sequence-to-sequence instances (:meth:`attnsvm.Instance.from_sequences`, causal or not, padded), so the
+plain examples stay those of before. The oracles apply the mask themselves: torch autograd fills the
+masked logits with ``−inf`` before its softmax, the mpmath oracle gives a masked token weight exactly 0
+(so it adds no term), and the error model's scales read the keys (masked tokens zeroed). The kind drawn
+is counted with ``hypothesis.event``.
 """
 
 from __future__ import annotations
@@ -59,13 +67,37 @@ moderate = S.instances_and_weights(
 saturated = S.instances_and_weights(
     S.feasible_instances(n=(1, 3), T=(2, 4)), runner_up=(1e-300, 1e-1)
 ) | S.instances_and_weights(S.feasible_instances(n=(1, 3), T=(2, 4)), log_runner_up=(-2e3, -690.0))
+#: The masked twins' data: masked instances and sequence-to-sequence ones (causal or not, padded or not).
+SEQ = S.sequence_instances(n=(1, 2), T=(2, 3), d=(1, 3), bound=3.0) | S.sequence_instances(
+    n=(1, 2), T=(2, 3), d=(1, 3), family="unit", padding=True
+)
+moderate_masked = S.instances_and_weights(
+    S.instances(**SMALL, family="gaussian", bound=3.0, masked=True)
+    | S.instances(**SMALL, family="unit", masked=True)
+    | SEQ,
+    scale=(1e-2, 2.0),
+)
+saturated_masked = (
+    S.instances_and_weights(S.feasible_instances(n=(1, 3), T=(2, 4), masked=True), runner_up=(1e-300, 1e-1))
+    | S.instances_and_weights(
+        S.feasible_instances(n=(1, 3), T=(2, 4), masked=True), log_runner_up=(-2e3, -690.0)
+    )
+    | S.instances_and_weights(SEQ, runner_up=(1e-300, 1e-1))
+)
+
+
+def _kind(inst: Instance) -> None:
+    event(f"instance: {S.instance_kind(inst)}")
 
 
 # ---------------------------------------------------------------- references
 def _torch_risk(inst: Instance, W: torch.Tensor, loss: str) -> torch.Tensor:
-    """Independent torch implementation of the risk (library softmax and losses)."""
+    """Independent torch implementation of the risk (library softmax and losses); a masked token's
+    logit is filled with ``−inf`` before the softmax (weight 0, no gradient)."""
     X, z, v, Y = (torch.tensor(a, dtype=torch.float64) for a in (inst.X, inst.z, inst.v, inst.Y))
     lg = torch.einsum("ntd,de,ne->nt", X, W, z)
+    if inst.mask is not None:
+        lg = lg.masked_fill(~torch.tensor(inst.mask), -torch.inf)
     f = (torch.softmax(lg, dim=1) * (X @ v)).sum(dim=1)
     u = Y * f
     vals = {
@@ -85,9 +117,11 @@ def autograd_grad(inst: Instance, W: np.ndarray, loss: str) -> np.ndarray:
 
 def _mp_sequences(inst: Instance, W: np.ndarray) -> Iterator[tuple[Any, ...]]:
     """Per sequence, in the caller's mpmath precision from the exact float64 inputs:
-    ``(z, tokens, weights s, values a, |values| A_t = Σ_k |v_k x_tk|, margin u = Y f)``."""
+    ``(z, tokens, weights s, values a, |values| A_t = Σ_k |v_k x_tk|, margin u = Y f)``; a masked
+    token has weight exactly 0 (it adds no term to any sum of the oracle)."""
     mpf = mpmath.mpf
     n, T, d = inst.shape
+    ok = inst.allowed
     Wm = [[mpf(float(W[k, j])) for j in range(d)] for k in range(d)]
     vm = [mpf(float(c)) for c in inst.v]
     for i in range(n):
@@ -97,8 +131,8 @@ def _mp_sequences(inst: Instance, W: np.ndarray) -> Iterator[tuple[Any, ...]]:
         lg = [mpmath.fsum(x[k] * Wz[k] for k in range(d)) for x in xs]
         a = [mpmath.fsum(x[k] * vm[k] for k in range(d)) for x in xs]
         Aabs = [mpmath.fsum(abs(x[k] * vm[k]) for k in range(d)) for x in xs]
-        m = max(lg)
-        e = [mpmath.exp(li - m) for li in lg]
+        m = max(li for li, keep in zip(lg, ok[i], strict=True) if keep)
+        e = [mpmath.exp(li - m) if keep else mpf(0) for li, keep in zip(lg, ok[i], strict=True)]
         tot = mpmath.fsum(e)
         s = [ei / tot for ei in e]
         u = mpf(float(inst.Y[i])) * mpmath.fsum(si * ai for si, ai in zip(s, a, strict=True))
@@ -173,7 +207,7 @@ def _scales(inst: Instance, W: np.ndarray, loss: str, textbook: bool) -> tuple[n
     the textbook form rounds ``a_t − f`` to ``EPS·(|a_t| + |f|)``, so its ``m_it`` carries
     ``|a_t| + Σ_u s_u |a_u|`` instead.
     """
-    X, z, v, Y = inst.X, inst.z, inst.v, inst.Y
+    X, z, v, Y = inst.keys, inst.z, inst.v, inst.Y  # keys: a masked token has no weight, no term
     n, T, d = inst.shape
     Absa = np.abs(X) @ np.abs(v)  # A_it
     a = X @ v
@@ -199,8 +233,8 @@ def _log_domain_rtol(inst: Instance, W: np.ndarray, loss: str) -> float:
     ``log|w_it|`` a sum of logs rounded to ``EPS·|log|w_it||`` absolute, i.e. that much relative
     after ``exp`` (tiny data puts ``|log|w||`` in the hundreds: 1e-278-sized values give 640;
     saturation puts it in the thousands). Computed from ``log_attention``, which does not underflow."""
-    a = inst.X @ inst.v
-    log_s = A.log_attention(inst, W)
+    a = inst.keys @ inst.v
+    log_s = A.log_attention(inst, W)  # −inf at a masked token: its terms drop out below
     dl = np.abs(A.get_loss(loss).derivative(inst.Y * np.sum(np.exp(log_s) * a, axis=1)))
     pair = np.abs(a[:, :, None] - a[:, None, :])
     with np.errstate(divide="ignore"):
@@ -217,8 +251,8 @@ def _floor(inst: Instance) -> float:
     ``d + 2`` operations per term: the final products ``w_it x_itk z_ij`` and the sum)."""
     under = (
         TINY
-        * float(np.max(np.abs(inst.X)) * np.max(np.abs(inst.z)))
-        * (1 + float(np.max(np.abs(inst.X) @ np.abs(inst.v))))
+        * float(np.max(np.abs(inst.keys)) * np.max(np.abs(inst.z)))
+        * (1 + float(np.max(np.abs(inst.keys) @ np.abs(inst.v))))
     )
     return inst.n * inst.T * (under + (inst.d + 2) * SUBNORMAL_ULP)
 
@@ -244,9 +278,11 @@ def _third_derivative_bound(inst: Instance, loss: str) -> float:
     1 + 3 pairings). Chain rule: ``|(ℓ∘f)'''| ≤ B (|f'|³ + 3|f'||f''| + |f'''|)`` with
     ``B = sup |ℓ^{(k)}|, k = 1..3``, on ``|u| ≤ max|a|``.
     """
-    a = inst.X @ inst.v
-    Ra = float(np.max(np.ptp(a, axis=1)))
-    Rd = 2 * float(np.max(np.linalg.norm(inst.X, axis=2) * np.linalg.norm(inst.z, axis=1)[:, None]))
+    ok = inst.allowed
+    a = inst.keys @ inst.v
+    # ranges over the allowed tokens (a masked token has weight 0 in every cumulant)
+    Ra = float(np.max(np.max(np.where(ok, a, -np.inf), axis=1) - np.min(np.where(ok, a, np.inf), axis=1)))
+    Rd = 2 * float(np.max(np.linalg.norm(inst.keys, axis=2) * np.linalg.norm(inst.z, axis=1)[:, None]))
     amax = float(np.max(np.abs(a)))
     B = {"logistic": 1.0, "exponential": float(np.exp(amax)), "correlation": 1.0}[loss]
     p1, p2, p3 = Ra * Rd, Ra * Rd**2, 4 * Ra * Rd**3
@@ -261,7 +297,7 @@ def test_risk_grad_equals_central_differences(
     E = np.random.default_rng(seed).standard_normal(W.shape)
     E /= np.linalg.norm(E)
     Lw = A.risk(inst, W, loss)
-    amax = float(np.max(np.abs(inst.X @ inst.v)))
+    amax = float(np.max(np.abs(inst.keys @ inst.v)))
     _, kappa = _scales(inst, W, loss, textbook=True)
     B = {"logistic": 1.0, "exponential": float(np.exp(amax)), "correlation": 1.0}[loss]
     err_L = ULPS * EPS * kappa * (abs(Lw) + B * (1 + amax))  # rounding of one risk evaluation
@@ -495,7 +531,7 @@ def test_normalized_direction_equals_normalized_gradient(
       a finite unit vector). These examples are tested, not set aside (no discards in this property).
     """
     inst0, W0 = pair
-    inst = A.Instance(inst0.X, inst0.Y, inst0.v, scale * inst0.z)
+    inst = A.Instance(inst0.X, inst0.Y, inst0.v, scale * inst0.z, mask=inst0.mask)
     # W/max(1, c): the logits stay those of a moderate W (saturation is the saturated tests' domain;
     # there, large c made ||∇L*|| fall to the rounding level of its float sum in ~5 % of examples).
     W = W0 / max(1.0, scale)
@@ -534,12 +570,12 @@ def test_normalized_direction_equals_normalized_gradient(
         # The core refuses gradients at the rounding level of their own sum,
         # ||∇L|| ≤ CANCELLATION_FACTOR·nT·EPS·Σ|w_it| ||x_it|| ||z_i||; allow 2× for our recomputation.
         assert "cancel to rounding level" in str(err)
-        a = inst.X @ inst.v
+        a = inst.keys @ inst.v
         s_att = A.attention(inst, W)
         f = np.sum(s_att * a, axis=1)
         centred = np.einsum("nu,ntu->nt", s_att, a[:, :, None] - a[:, None, :])
         w = np.abs(A.get_loss(loss).derivative(inst.Y * f))[:, None] * s_att * np.abs(centred) / inst.n
-        mag = float(np.sum(w * np.linalg.norm(inst.X, axis=2) * np.linalg.norm(inst.z, axis=1)[:, None]))
+        mag = float(np.sum(w * np.linalg.norm(inst.keys, axis=2) * np.linalg.norm(inst.z, axis=1)[:, None]))
         assert nG <= 2 * CANCELLATION_FACTOR * inst.n * inst.T * EPS * mag
         event("refused as cancelled (at the core's cancellation level)")
         return
@@ -566,3 +602,76 @@ def test_tiny_queries_keep_the_normalized_direction(case: tuple) -> None:  # typ
     res = A.normalized_risk_grad(inst, W)
     assert res.direction[0, 0] == np.sign(G[0, 0])
     assert abs(res.log_norm - np.log(abs(G[0, 0]))) <= 64 * EPS * abs(np.log(abs(G[0, 0])))
+
+
+# ---------------------------------------------------------------- masked and sequence-to-sequence twins
+# Each runs the unmasked property's own body (``inner_test``: the same claim, oracle and error model, all
+# of which apply the mask) on masked and sequence-to-sequence data, counting the kind drawn.
+@given(moderate_masked, st.sampled_from(LOSSES))
+def test_risk_grad_equals_torch_autograd_masked(pair: tuple[Instance, np.ndarray], loss: str) -> None:
+    """Oracle: torch autograd through a softmax whose masked logits are filled with ``−inf``."""
+    _kind(pair[0])
+    test_risk_grad_equals_torch_autograd.hypothesis.inner_test(pair, loss)
+
+
+@given(moderate_masked, st.sampled_from(LOSSES), S.seeds())
+def test_risk_grad_equals_central_differences_masked(
+    pair: tuple[Instance, np.ndarray], loss: str, seed: int
+) -> None:
+    """Oracle: central differences of the (masked) risk, step and bound from the cumulant bound over
+    the allowed tokens."""
+    _kind(pair[0])
+    test_risk_grad_equals_central_differences.hypothesis.inner_test(pair, loss, seed)
+
+
+@given(saturated_masked, st.sampled_from(LOSSES))
+def test_stable_grad_matches_high_precision_oracle_masked(
+    pair: tuple[Instance, np.ndarray], loss: str
+) -> None:
+    """Oracle: the 50-digit mpmath gradient with weight exactly 0 at the masked tokens."""
+    _kind(pair[0])
+    test_stable_grad_matches_high_precision_oracle.hypothesis.inner_test(pair, loss)
+
+
+@given(saturated_masked, st.sampled_from(LOSSES))
+def test_normalized_direction_matches_oracle_masked(pair: tuple[Instance, np.ndarray], loss: str) -> None:
+    """Oracle: the 50-digit mpmath gradient (masked weights 0), normalised. A mask can leave no
+    gradient at all (every sequence with one allowed token, or only equal values allowed): where the
+    oracle's ``∇L`` is exactly 0 the direction is undefined and ``normalized_risk_grad`` must refuse."""
+    inst, W = pair
+    _kind(inst)
+    if _mp_norm(mp_grad(inst, W, loss)) == 0:
+        event("∇L = 0 exactly (no sequence with two allowed, distinct values): refusal asserted")
+        with pytest.raises(A.NumericalError, match="exactly zero"):
+            A.normalized_risk_grad(inst, W, loss)
+        return
+    test_normalized_direction_matches_oracle.hypothesis.inner_test(pair, loss)
+
+
+@given(moderate_masked, st.sampled_from(LOSSES))
+def test_textbook_grad_equals_torch_autograd_at_moderate_w_masked(
+    pair: tuple[Instance, np.ndarray], loss: str
+) -> None:
+    """Oracle: torch autograd with ``−inf`` masked logits."""
+    _kind(pair[0])
+    test_textbook_grad_equals_torch_autograd_at_moderate_w.hypothesis.inner_test(pair, loss)
+
+
+@given(
+    S.instances_and_weights(
+        S.instances(family="uniform", bound=4.0, d=(1, 3), masked=True)
+        | S.instances(family="gaussian", masked=True)
+        | S.instances(family="gaussian", duplicates=True, near_parallel=True, masked=True)
+        | SEQ,
+        scale=(1e-2, 2.0),
+    ),
+    st.sampled_from(LOSSES),
+    st.floats(1e-3, 1e3),
+)
+def test_normalized_direction_equals_normalized_gradient_masked(
+    pair: tuple[Instance, np.ndarray], loss: str, scale: float
+) -> None:
+    """Oracle: the 50-digit mpmath gradient (masked weights 0); masks aimed at tie partners and the
+    score maximiser, and sequence-to-sequence instances."""
+    _kind(pair[0])
+    test_normalized_direction_equals_normalized_gradient.hypothesis.inner_test(pair, loss, scale)

@@ -8,8 +8,10 @@ and ``∇L = (1/n) Σ_i ∇L_i`` with ``∇L_i`` the gradient of the deleted seq
 is compared with that combination, formed in log space from the deleted sequences' own
 ``normalized_risk_grad`` (exact at any saturation).
 
-Masks are drawn with at least one allowed token per sequence and shrink towards all-True (no token
-masked). Data: moderate ``W``; saturated ``W`` (runner-up weight ≤ 1e-100, so the gradient is far below
+Masks are :func:`attnsvm.strategies.instance_masks` draws: at least one allowed token per sequence,
+shrinking towards all-True (no token masked), and aimed at the hard cases on purpose (the masked token
+is the score maximiser, its runner-up, a tie partner, the largest token or the query; a single allowed
+token). Data: moderate ``W``; saturated ``W`` (runner-up weight ≤ 1e-100, so the gradient is far below
 float64's range and only the log-domain direction exists); and instances scaled by powers of two over
 the whole exponent range (:func:`attnsvm.strategies.scaled_instances`), with ``W`` scaled back so the
 logits stay those of the unscaled instance where that ``W`` is representable.
@@ -49,16 +51,6 @@ DIRECTION_ULPS = 16.0
 LOSSES = ("logistic", "exponential", "correlation")
 
 
-@st.composite
-def masks(draw: Any, n: int, T: int) -> np.ndarray:
-    """Boolean ``(n, T)`` masks with ≥ 1 allowed token per row; every draw shrinks towards all-True."""
-    dropped = draw(st.lists(st.lists(st.booleans(), min_size=T, max_size=T), min_size=n, max_size=n))
-    kept = draw(st.lists(st.integers(0, T - 1), min_size=n, max_size=n))
-    mask = ~np.array(dropped, dtype=bool).reshape(n, T)
-    mask[np.arange(n), kept] = True
-    return mask
-
-
 def _with_mask(inst: Instance, mask: np.ndarray) -> Instance:
     return Instance(inst.X, inst.Y, inst.v, None if inst.self_attention else inst.z, mask=mask)
 
@@ -75,7 +67,7 @@ def masked_pairs(
     draw: Any, base: st.SearchStrategy[tuple[Instance, np.ndarray]]
 ) -> tuple[Instance, np.ndarray]:
     inst, W = draw(base)
-    return _with_mask(inst, draw(masks(inst.n, inst.T))), W
+    return _with_mask(inst, draw(S.instance_masks(inst))), W
 
 
 @st.composite
@@ -97,7 +89,7 @@ def scaled_pairs(draw: Any) -> tuple[Instance, np.ndarray]:
     lo_v, hi_v = S.exponent_range(inst.v)
     jv = int(np.clip(-j, lo_v, hi_v))  # v → 2^−j v where representable: the values vᵀx keep their size
     sc = S.scaled(inst, j, j, jv)
-    return _with_mask(sc, draw(masks(sc.n, sc.T))), np.ldexp(W, -2 * j)
+    return _with_mask(sc, draw(S.instance_masks(sc))), np.ldexp(W, -2 * j)
 
 
 moderate = masked_pairs(
@@ -112,7 +104,13 @@ saturated = masked_pairs(
     S.instances_and_weights(S.feasible_instances(n=(1, 3), T=(2, 4)), runner_up=(1e-300, 1e-100))
     | S.instances_and_weights(S.feasible_instances(n=(1, 3), T=(2, 4)), log_runner_up=(-2e3, -690.0))
 )
-pairs = st.one_of(moderate, saturated, scaled_pairs())
+#: Sequence-to-sequence instances (causal or not, padded or not), moderate ``W``.
+seq2seq = S.instances_and_weights(
+    S.sequence_instances(n=(1, 2), T=(2, 3), d=(1, 3))
+    | S.sequence_instances(n=(1, 2), T=(2, 3), padding=True),
+    scale=(1e-2, 2.0),
+)
+pairs = st.one_of(moderate, saturated, scaled_pairs(), seq2seq)
 
 
 @given(pairs, st.sampled_from(("softmax", "normalized_linear")))

@@ -9,13 +9,22 @@ error bound ``cond(K_S)·eps`` and relative KKT residuals, :mod:`attnsvm.svm._so
 file recomputes from ``W`` add dot-product rounding ``d²·EPS`` relative, negligible next to it.
 So ``KKT_RTOL = 10·CERTIFY_RTOL`` (one order of headroom for the recomputation) and two certified
 solutions of the same problem differ by at most ``AGREE_RTOL = 2·KKT_RTOL`` relative.
+
+Masks (issue 15 §2). Each property has a ``*_masked`` twin running the same body on masked feasible
+instances (:func:`attnsvm.strategies.feasible_instances` with ``masked=True``: the optimal tokens stay
+allowed, which keeps the feasibility guarantee exactly) and on sequence-to-sequence instances
+(:meth:`attnsvm.Instance.from_sequences`, causal or not, padded or not) of a size where generic data
+make every Att-SVM(α) feasible (``n·T ≤ d`` queries, ``T ≤ d + 1`` tokens: ``n = 1, T ≤ 3, d ≥ 3`` or
+``n = 2, T = 2, d ≥ 4``). The references enumerate the constraint rows from the mask themselves (allowed
+``t ≠ α_i`` only). A mask that leaves every sequence one allowed token leaves no constraint: there the
+claim is the documented refusal (``AttnSVMError``, "no constraint"), asserted, not set aside.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, target
+from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
 import attnsvm as A
@@ -29,6 +38,29 @@ AGREE_RTOL = 2 * KKT_RTOL
 feasible = S.feasible_instances(n=(1, 3), T=(2, 4))
 cross = S.feasible_instances(n=(1, 3), T=(2, 4), attention="cross")
 costly = settings(max_examples=max(5, settings.default.max_examples // 4))
+#: Sequence-to-sequence instances of a generically feasible size (module docstring).
+SEQ = S.sequence_instances(n=(1, 1), T=(2, 3), d=(3, 4)) | S.sequence_instances(
+    n=(2, 2), T=(2, 2), d=(4, 5), padding=True
+)
+feasible_masked = S.feasible_instances(n=(1, 3), T=(2, 4), masked=True) | SEQ
+cross_masked = S.feasible_instances(n=(1, 3), T=(2, 4), attention="cross", masked=True) | SEQ
+
+
+def _rows_of(inst: Instance, alpha: np.ndarray) -> list[tuple[int, int]]:
+    """The constraint rows ``(i, t)``: allowed ``t ≠ α_i``, by sequence then token (from the mask)."""
+    ok = inst.allowed
+    return [(i, t) for i in range(inst.n) for t in range(inst.T) if t != alpha[i] and ok[i, t]]
+
+
+def _refused_without_rows(inst: Instance, alpha: np.ndarray | None = None) -> bool:
+    """Event the kind; where the mask leaves no constraint assert ``solve_svm``'s refusal and say so."""
+    event(f"instance: {S.instance_kind(inst)}")
+    if np.any(inst.allowed.sum(axis=1) >= 2):
+        return False
+    with pytest.raises(A.AttnSVMError, match="no constraint"):
+        solve_svm(inst, alpha)
+    event("no constraint (every sequence keeps one token): refusal asserted")
+    return True
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -44,7 +76,7 @@ def test_kkt_certificate_holds(pair: tuple[Instance, np.ndarray]) -> None:
     assert sol.certified
     assert sol.duals is not None
     assert np.array_equal(sol.alpha, alpha)
-    pairs = [(i, t) for i in range(inst.n) for t in range(inst.T) if t != alpha[i]]
+    pairs = _rows_of(inst, alpha)
     assert [tuple(p) for p in sol.pairs.tolist()] == pairs
     D = np.array([inst.X[i, alpha[i]] - inst.X[i, t] for i, t in pairs])
     Z = np.array([inst.z[i] for i, _ in pairs])
@@ -87,12 +119,7 @@ def _kron_kkt(inst: Instance, alpha: np.ndarray, W: np.ndarray, lam: np.ndarray)
     """KKT of ``min ½||w||² s.t. A w ≥ 1`` from scratch, with explicit Kronecker rows ``a_it = z_i ⊗ Δ_it``
     (numpy's ``kron``, column-major ``vec``): primal feasibility, ``λ ≥ 0``, ``vec(W) = Aᵀλ``,
     complementary slackness and a zero duality gap, each to ``KKT_RTOL`` relative."""
-    rows = [
-        np.kron(inst.z[i], inst.X[i, alpha[i]] - inst.X[i, t])
-        for i in range(inst.n)
-        for t in range(inst.T)
-        if t != alpha[i]
-    ]
+    rows = [np.kron(inst.z[i], inst.X[i, alpha[i]] - inst.X[i, t]) for i, t in _rows_of(inst, alpha)]
     Am = np.array(rows)
     w = W.reshape(-1, order="F")  # vec: columns stacked, so a_it·vec(W) = Δ_itᵀ W z_i
     margins = Am @ w
@@ -150,7 +177,7 @@ def test_scaling_queries_scales_solution_inversely(
     ``W_mm(cz) = W_mm(z)/c`` (also for ``c < 0``)."""
     inst, alpha = pair
     c = -c if neg else c
-    scaled = A.Instance(inst.X, inst.Y, inst.v, c * inst.z)
+    scaled = A.Instance(inst.X, inst.Y, inst.v, c * inst.z, mask=inst.mask)
     W1, Wc = solve_svm(inst, alpha).W, solve_svm(scaled, alpha).W
     assert _rel(Wc, W1 / c) <= AGREE_RTOL
 
@@ -166,7 +193,8 @@ def test_permuting_tokens_and_sequences_leaves_solution(pair: tuple[Instance, np
     Xp = np.stack([inst.X[seq[k], tok[k]] for k in range(inst.n)])
     inv = np.argsort(tok, axis=1)
     alpha_p = np.array([inv[k, alpha[seq[k]]] for k in range(inst.n)])
-    p = A.Instance(Xp, inst.Y[seq], inst.v, inst.z[seq])
+    mask = None if inst.mask is None else np.stack([inst.mask[seq[k], tok[k]] for k in range(inst.n)])
+    p = A.Instance(Xp, inst.Y[seq], inst.v, inst.z[seq], mask=mask)
     s0, s1 = solve_svm(inst, alpha), solve_svm(p, alpha_p)
     assert _rel(s1.W, s0.W) <= AGREE_RTOL
     mapped = {(int(seq[k]), int(tok[k, u])) for k, u in s1.support}
@@ -179,11 +207,14 @@ def test_duplicating_the_selected_token_is_infeasible(
 ) -> None:
     """A token equal to the selected one gives the constraint ``0 ≥ 1``."""
     inst, alpha = pair
-    i = data.draw(st.integers(0, inst.n - 1))
-    t = data.draw(st.sampled_from([u for u in range(inst.T) if u != alpha[i]]))
+    if inst.mask is None:
+        i = data.draw(st.integers(0, inst.n - 1))
+        t = data.draw(st.sampled_from([u for u in range(inst.T) if u != alpha[i]]))
+    else:  # the copy must be an allowed token (a masked one has no constraint); such a sequence exists
+        i, t = data.draw(st.sampled_from(_rows_of(inst, alpha)))
     X = np.array(inst.X)
     X[i, t] = X[i, alpha[i]]
-    dup = A.Instance(X, inst.Y, inst.v, None if inst.self_attention else inst.z)
+    dup = A.Instance(X, inst.Y, inst.v, None if inst.self_attention else inst.z, mask=inst.mask)
     with pytest.raises(A.InfeasibleSVMError):
         solve_svm(dup, alpha)
 
@@ -220,3 +251,74 @@ def test_nuclear_norm_solution_is_feasible_and_no_worse_than_frobenius(
         p for p, m in zip(rows, margins, strict=True) if m - 1 <= NUC_SUPPORT_TOL
     }
     assert nuc.norm == "nuc" and nuc.duals is None and not nuc.certified
+
+
+# ---------------------------------------------------------------- masked and sequence-to-sequence twins
+@given(S.instances_and_alphas(feasible_masked))
+def test_kkt_certificate_holds_masked(pair: tuple[Instance, np.ndarray]) -> None:
+    """The KKT certificate recomputed from ``W`` and the duals over the allowed rows (from the mask)."""
+    if not _refused_without_rows(*pair):
+        test_kkt_certificate_holds.hypothesis.inner_test(pair)
+
+
+@costly
+@given(S.instances_and_alphas(feasible_masked))
+def test_conic_raw_answer_is_within_solver_accuracy_of_the_certified_one_masked(
+    pair: tuple[Instance, np.ndarray],
+) -> None:
+    """Oracle: the KKT conditions with explicit Kronecker rows of the allowed tokens."""
+    if not _refused_without_rows(*pair):
+        test_conic_raw_answer_is_within_solver_accuracy_of_the_certified_one.hypothesis.inner_test(pair)
+
+
+@given(S.instances_and_alphas(feasible_masked), S.seeds(), st.floats(1e-6, 1.0))
+def test_no_feasible_point_of_smaller_norm_masked(
+    pair: tuple[Instance, np.ndarray], seed: int, t: float
+) -> None:
+    """No perturbed, rescaled feasible point is shorter than ``W_mm`` (masked constraints)."""
+    if not _refused_without_rows(*pair):
+        test_no_feasible_point_of_smaller_norm.hypothesis.inner_test(pair, seed, t)
+
+
+@given(S.instances_and_alphas(cross_masked), st.floats(1e-2, 1e2), st.booleans())
+def test_scaling_queries_scales_solution_inversely_masked(
+    pair: tuple[Instance, np.ndarray], c: float, neg: bool
+) -> None:
+    """``W_mm(cz) = W_mm(z)/c`` (an exact symmetry), the mask kept."""
+    if not _refused_without_rows(*pair):
+        test_scaling_queries_scales_solution_inversely.hypothesis.inner_test(pair, c, neg)
+
+
+@given(S.instances_and_alphas(cross_masked), S.seeds())
+def test_permuting_tokens_and_sequences_leaves_solution_masked(
+    pair: tuple[Instance, np.ndarray], seed: int
+) -> None:
+    """Permuting tokens (with their mask entries) and sequences leaves ``W_mm`` (an exact symmetry)."""
+    if not _refused_without_rows(*pair):
+        test_permuting_tokens_and_sequences_leaves_solution.hypothesis.inner_test(pair, seed)
+
+
+@given(S.instances_and_alphas(feasible_masked), st.data())
+def test_duplicating_the_selected_token_is_infeasible_masked(
+    pair: tuple[Instance, np.ndarray], data: st.DataObject
+) -> None:
+    """An allowed token equal to the selected one gives the constraint ``0 ≥ 1``."""
+    if not _refused_without_rows(*pair):
+        test_duplicating_the_selected_token_is_infeasible.hypothesis.inner_test(pair, data)
+
+
+@given(feasible_masked)
+def test_optimal_tokens_are_locally_optimal_masked(inst: Instance) -> None:
+    """``α = opt`` over the allowed tokens is locally optimal (masked tokens take no part)."""
+    if not _refused_without_rows(inst):
+        test_optimal_tokens_are_locally_optimal.hypothesis.inner_test(inst)
+
+
+@costly
+@given(S.instances_and_alphas(S.feasible_instances(n=(1, 2), T=(2, 3), extra_d=(0, 0), masked=True) | SEQ))
+def test_nuclear_norm_solution_is_feasible_and_no_worse_than_frobenius_masked(
+    pair: tuple[Instance, np.ndarray],
+) -> None:
+    """The nuclear-norm solution on the allowed rows: feasible, no worse than the Frobenius one."""
+    if not _refused_without_rows(*pair):
+        test_nuclear_norm_solution_is_feasible_and_no_worse_than_frobenius.hypothesis.inner_test(pair)

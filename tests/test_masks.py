@@ -425,7 +425,6 @@ def test_masked_alpha_is_refused() -> None:
     "call",
     [
         lambda inst: A.peers.solve_lp_svm(inst, 3.0),
-        lambda inst: A.strategies.scaled(inst, 1, 1, 1),
     ],
 )
 def test_functions_without_mask_support_refuse(call) -> None:
