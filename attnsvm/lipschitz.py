@@ -75,6 +75,7 @@ if TYPE_CHECKING:  # torch is imported where it is used: `import attnsvm` stays 
 
 from ._deps import require
 from ._types import FloatArray, Int64Array
+from ._validation import check_instance, check_int
 from .errors import AttnSVMError, NumericalError, unknown_name
 from .model._attention import KINDS
 from .model._instance import Instance
@@ -148,12 +149,6 @@ def _check_radius(radius: Any) -> float:
             "The linear bound is radius-free; for the others pass a positive finite radius."
         )
     return r
-
-
-def _check_positive_int(value: Any, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise AttnSVMError(f"{name} must be an integer ≥ {low}; got {value!r}")
-    return int(value)
 
 
 # --------------------------------------------------------------------------- power-of-two splits
@@ -517,7 +512,7 @@ class LipschitzEstimate:
 
 # --------------------------------------------------------------------------- the bound
 def lipschitz_bound(
-    inst: Instance, kind: str = "softmax", wrt: str = "W", radius: float = 1.0, of: str = "weights"
+    inst: Instance, *, kind: str = "softmax", wrt: str = "W", radius: float = 1.0, of: str = "weights"
 ) -> LipschitzBound:
     """Certified upper bound on the Lipschitz constant of ``W ↦ s(W)`` or ``W ↦ f(W)`` on ``||W||_F ≤ R``.
 
@@ -755,6 +750,7 @@ def _project(w: FloatArray, R: float) -> FloatArray:
 
 def lipschitz_estimate(
     inst: Instance,
+    *,
     kind: str = "softmax",
     wrt: str = "W",
     radius: float = 1.0,
@@ -835,9 +831,9 @@ def lipschitz_estimate(
 
     _check_common(kind, of, wrt)
     R = _check_radius(radius)
-    samples = _check_positive_int(samples, "samples", 0)
-    steps = _check_positive_int(steps, "steps", 0)
-    starts = _check_positive_int(starts, "starts", 1)
+    samples = check_int(samples, "samples", low=0)
+    steps = check_int(steps, "steps", low=0)
+    starts = check_int(starts, "starts", low=1)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise AttnSVMError(f"seed must be an integer; got {seed!r}")
     if _structurally_zero(inst, kind, of):
@@ -1025,7 +1021,7 @@ def lipschitz_estimate(
     )
 
 
-def jacobian_norm(inst: Instance, W: ArrayLike, kind: str = "softmax", of: str = "weights") -> float:
+def jacobian_norm(inst: Instance, W: ArrayLike, *, kind: str = "softmax", of: str = "weights") -> float:
     """Spectral norm ``||J(W)||₂`` of the Jacobian of ``W ↦ s(W)`` (or ``f(W)``) at one point.
 
     ``J = ∂ vec s / ∂ W``, shape ``(nT, d²)`` (``(n, d²)`` for ``of="output"``), from
@@ -1408,6 +1404,7 @@ def _gap(b: float, e: float) -> float:
 def compare_lipschitz(
     instances: Sequence[Instance],
     radii: Sequence[float],
+    *,
     of: str = "weights",
     seed: int = 0,
     samples: int = 32,
@@ -1451,14 +1448,15 @@ def compare_lipschitz(
 
     rows: list[dict[str, Any]] = []
     for idx, inst in enumerate(instances):
-        if not isinstance(inst, Instance):
-            raise AttnSVMError(f"instances[{idx}] must be an attnsvm.Instance; got {type(inst).__name__}")
+        check_instance(inst, f"instances[{idx}]")
         for R in rs:
             row: dict[str, Any] = {"instance": idx, "shape": inst.shape, "radius": R, "of": of}
             for kind in KINDS:
-                b = float(lipschitz_bound(inst, kind, radius=R, of=of))
+                b = float(lipschitz_bound(inst, kind=kind, radius=R, of=of))
                 e = float(
-                    lipschitz_estimate(inst, kind, radius=R, of=of, seed=seed, samples=samples, steps=steps)
+                    lipschitz_estimate(
+                        inst, kind=kind, radius=R, of=of, seed=seed, samples=samples, steps=steps
+                    )
                 )
                 row[f"bound_{kind}"] = b
                 row[f"estimate_{kind}"] = e

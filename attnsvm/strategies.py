@@ -108,6 +108,8 @@ OOPSLA 2014 (SplitMix64); Weyl (1916), equidistribution of ``k·φ mod 1`` (:fun
 from __future__ import annotations
 
 from ._deps import require
+from ._types import FloatArray
+from ._validation import check_int, check_positive
 
 require("hypothesis", feature="attnsvm.strategies (the Hypothesis strategies)")  # pragma: no mutate
 
@@ -150,7 +152,6 @@ __all__ = [
     "scaled_instances",
 ]
 
-FloatArray = NDArray[np.float64]
 
 #: Families of :func:`instances`.
 INSTANCE_FAMILIES = ("gaussian", "unit", "uniform")
@@ -179,8 +180,7 @@ def _check_range(name: str, rng: _SizeRange, low: int) -> _SizeRange:
 
 def bounded_floats(bound: float = 4.0) -> st.SearchStrategy[float]:
     """Finite float64 values in ``[−bound, bound]`` (no NaN, no Inf, no subnormals)."""
-    if not (np.isfinite(bound) and bound > 0):
-        raise InvalidInstanceError(f"bound must be a positive finite number; got {bound!r}")
+    check_positive(bound, "bound", error=InvalidInstanceError)
     return st.floats(-bound, bound, allow_nan=False, allow_infinity=False, allow_subnormal=False, width=64)
 
 
@@ -227,7 +227,7 @@ def _unit_interval(draw: Any) -> float:
 
 
 @st.composite
-def gaussian_arrays(draw: Any, shape: tuple[int, ...], bound: float = 8.0) -> FloatArray:
+def gaussian_arrays(draw: Any, shape: tuple[int, ...], *, bound: float = 8.0) -> FloatArray:
     """A standard-normal array of ``shape`` (clipped to ``±bound``) from Hypothesis integers.
 
     Entry ``e`` (C order, ``N`` entries) is ``Φ⁻¹(frac(½ + k_e·φ))`` with ``k_e = e + N·m_e`` and
@@ -244,11 +244,11 @@ def gaussian_arrays(draw: Any, shape: tuple[int, ...], bound: float = 8.0) -> Fl
 @st.composite
 def shapes(
     draw: Any,
+    *,
     n: _SizeRange = (1, 3),
     T: _SizeRange = (2, 4),
     d: _SizeRange = (1, 5),
     generic_feasible: bool = False,
-    *,
     below_n: bool = False,
 ) -> tuple[int, int, int]:
     """A shape ``(n, T, d)`` with sizes in the given inclusive ranges.
@@ -316,6 +316,7 @@ def _make_ties(draw: Any, X: FloatArray, duplicates: bool, near_parallel: bool) 
 @st.composite
 def instances(
     draw: Any,
+    *,
     n: _SizeRange = (1, 3),
     T: _SizeRange = (2, 4),
     d: _SizeRange = (1, 5),
@@ -323,7 +324,6 @@ def instances(
     attention: str = "either",
     bound: float = 4.0,
     shape: tuple[int, int, int] | None = None,
-    *,
     duplicates: bool = False,
     near_parallel: bool = False,
     masked: bool = False,
@@ -355,7 +355,7 @@ def instances(
     if family not in INSTANCE_FAMILIES:
         raise unknown_name("instance family", family, INSTANCE_FAMILIES)
     self_attn = _self_or_cross(draw, attention)
-    nn, TT, dd = shape if shape is not None else draw(shapes(n, T, d))
+    nn, TT, dd = shape if shape is not None else draw(shapes(n=n, T=T, d=d))
     kinds = _row_kinds(draw, nn) if masked else None
     z: FloatArray | None
     if family == "uniform":
@@ -367,7 +367,7 @@ def instances(
     else:
         # One draw of distinct integers for X, z and v together: no equal entries across them.
         sizes = (nn * TT * dd, nn * dd, dd)
-        g = draw(gaussian_arrays((sum(sizes),), bound))
+        g = draw(gaussian_arrays((sum(sizes),), bound=bound))
         X = g[: sizes[0]].reshape(nn, TT, dd).copy()
         zg = g[sizes[0] : sizes[0] + sizes[1]].reshape(nn, dd)
         v = g[sizes[0] + sizes[1] :]
@@ -399,13 +399,13 @@ def _float_array(draw: Any, size: int, lo: float, hi: float) -> FloatArray:
 @st.composite
 def feasible_instances(
     draw: Any,
+    *,
     n: _SizeRange = (1, 3),
     T: _SizeRange = (2, 4),
     extra_d: _SizeRange = (0, 1),
     attention: str = "either",
     min_gap: float = 0.1,
     equal_nonoptimal_scores: bool = False,
-    *,
     masked: bool = False,
 ) -> Instance:
     """Instances constructed so that every Att-SVM(α) is feasible and ``opt`` is unique.
@@ -436,8 +436,7 @@ def feasible_instances(
     Returns:
       An :class:`attnsvm.Instance` whose ``optimal_tokens()`` never raises.
     """
-    if not (np.isfinite(min_gap) and min_gap > 0):
-        raise InvalidInstanceError(f"min_gap must be a positive finite number; got {min_gap!r}")
+    check_positive(min_gap, "min_gap", error=InvalidInstanceError)
     self_attn = _self_or_cross(draw, attention)
     nn = draw(st.integers(*_check_range("n", n, 1)))
     TT = draw(st.integers(*_check_range("T", T, 2)))
@@ -567,8 +566,7 @@ def token_masks(draw: Any, n: int, T: int, *, keep: Any = None, padding: bool = 
         ``[1, T]`` (shrinking to ``T``); with ``keep`` the prefix covers ``keep_i``.
     """
     for name, val, low in (("n", n, 1), ("T", T, 2)):
-        if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < low:
-            raise InvalidInstanceError(f"{name} must be an integer ≥ {low}; got {val!r}")
+        check_int(val, name, low=low, error=InvalidInstanceError)
     kp = _check_keep(keep, n, T)
     mask = np.ones((n, T), dtype=bool)
     for i in range(n):
@@ -644,12 +642,12 @@ def _instance_mask(
 @st.composite
 def sequence_instances(
     draw: Any,
+    *,
     n: _SizeRange = (1, 2),
     T: _SizeRange = (2, 4),
     d: _SizeRange = (1, 4),
     family: str = "gaussian",
     bound: float = 4.0,
-    *,
     causal: bool | None = None,
     padding: bool = False,
     duplicates: bool = False,
@@ -668,7 +666,18 @@ def sequence_instances(
         ``[1, T]``, shrinking to ``T``), and every query of it attends to ``t < L_i`` only (and
         ``t ≤ k`` when causal; ``t = 0`` is always allowed). The padded positions stay queries.
     """
-    base = draw(instances(n, T, d, family, "self", bound, duplicates=duplicates, near_parallel=near_parallel))
+    base = draw(
+        instances(
+            n=n,
+            T=T,
+            d=d,
+            family=family,
+            attention="self",
+            bound=bound,
+            duplicates=duplicates,
+            near_parallel=near_parallel,
+        )
+    )
     nn, TT = base.n, base.T
     Y = _labels(draw, nn * TT).reshape(nn, TT)
     c = bool(draw(st.booleans())) if causal is None else bool(causal)
@@ -743,7 +752,7 @@ def directions(draw: Any, d: int) -> FloatArray:
 
 
 @st.composite
-def weight_matrices(draw: Any, d: int, scale: tuple[float, float] = (1e-2, 1e2)) -> FloatArray:
+def weight_matrices(draw: Any, d: int, *, scale: tuple[float, float] = (1e-2, 1e2)) -> FloatArray:
     """``W = s · U``: ``U`` from :func:`directions`, ``s`` log-uniform in ``scale``, so ``||W||_F = s``.
 
     ``scale=(1e-2, 1)`` gives moderate weights; ``(1e2, 1e3)`` saturated ones (logits of
@@ -890,8 +899,8 @@ def saturated_weights(
 def instances_and_weights(
     draw: Any,
     base: st.SearchStrategy[Instance] | None = None,
-    scale: tuple[float, float] = (1e-2, 1e2),
     *,
+    scale: tuple[float, float] = (1e-2, 1e2),
     runner_up: tuple[float, float] | None = None,
     log_runner_up: tuple[float, float] | None = None,
 ) -> tuple[Instance, FloatArray]:
@@ -900,7 +909,7 @@ def instances_and_weights(
     inst = draw(base if base is not None else instances())
     if runner_up is not None or log_runner_up is not None:
         return inst, draw(saturated_weights(inst, runner_up=runner_up, log_runner_up=log_runner_up))
-    return inst, draw(weight_matrices(inst.d, scale))
+    return inst, draw(weight_matrices(inst.d, scale=scale))
 
 
 # ---------------------------------------------------------------- scale sweeps

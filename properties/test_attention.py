@@ -159,14 +159,14 @@ def _check_weights(pair: tuple[Instance, np.ndarray], kind: str) -> None:
     ok = inst.allowed
     with mpmath.workdps(ORACLE_DPS):
         logs_mp = np.array([[float(v) for v in row] for row in _mp_log_weights(_mp_logits(inst, W), kind)])
-    logs = A.log_attention(inst, W, kind)
+    logs = A.log_attention(inst, W, kind=kind)
     assert np.all(np.isneginf(logs[~ok]))  # masked: log 0, exactly
     assert np.all(np.isfinite(logs[ok])) and np.all(logs[ok] <= 0)
     tol = _log_weight_tol(inst, W, logs_mp)[ok]
     err = np.abs(logs[ok] - logs_mp[ok])
     target(float(np.max(err / tol)), label="log-weight error / bound")
     assert np.all(err <= tol)
-    s = A.attention(inst, W, kind)
+    s = A.attention(inst, W, kind=kind)
     assert np.all(s[~ok] == 0.0)  # masked: weight exactly 0
     s_mp = np.exp(logs_mp[ok])  # float64 rounding of the exact weight: ≤ EPS relative, 0 below 2^-1075
     rel = SECOND_ORDER * tol + 2 * EPS
@@ -196,7 +196,7 @@ def test_weights_match_mpmath_masked(pair: tuple[Instance, np.ndarray], kind: st
 
 def _check_distributions(pair: tuple[Instance, np.ndarray], kind: str) -> None:
     inst, W = pair
-    s = A.attention(inst, W, kind)
+    s = A.attention(inst, W, kind=kind)
     assert s.shape == (inst.n, inst.T)
     assert np.all(s >= 0) and np.all(s <= 1)
     assert np.all(s[~inst.allowed] == 0.0)
@@ -223,7 +223,7 @@ def _check_linear(pair: tuple[Instance, np.ndarray]) -> None:
     lg = A.logits(inst, W)
     assert np.all(np.isneginf(lg[~ok]))  # the additive-mask convention
     # linear attention: the logits, and weight 0 at a masked token
-    assert np.array_equal(A.attention(inst, W, "linear"), np.where(ok, lg, 0.0))
+    assert np.array_equal(A.attention(inst, W, kind="linear"), np.where(ok, lg, 0.0))
     direct = np.array([[inst.X[i, t] @ W @ inst.z[i] for t in range(inst.T)] for i in range(inst.n)])
     assert np.all(np.abs(lg[ok] - direct[ok]) <= 4 * inst.d**2 * EPS * _lam(inst, W)[ok])
 
@@ -283,7 +283,7 @@ def _check_output(pair: tuple[Instance, np.ndarray], kind: str) -> None:
     sum_round = T * EPS * np.sum((np.abs(s_mp) + ds) * (np.abs(a) + d * EPS * Aabs), axis=1)
     tol = SECOND_ORDER * (np.sum(terms, axis=1) + sum_round)
     try:
-        out = A.output(inst, W, kind)
+        out = A.output(inst, W, kind=kind)
     except A.NumericalError as exc:
         _assert_underflow_refusal(exc, sizes)
         event("output below the normal range: refusal asserted")
@@ -321,22 +321,22 @@ def _check_permutation(pair: tuple[Instance, np.ndarray], kind: str, seed: int) 
         perm = np.concatenate([[0], 1 + np.random.default_rng(seed).permutation(inst.T - 1)])
     mask = None if inst.mask is None else inst.mask[:, perm]  # the mask moves with its tokens
     p = A.Instance(inst.X[:, perm], inst.Y, inst.v, z, mask=mask)
-    s, sp = A.attention(inst, W, kind), A.attention(p, W, kind)
+    s, sp = A.attention(inst, W, kind=kind), A.attention(p, W, kind=kind)
     # Each token's logit is the same dot product in the same order, so the permuted logits are
     # bitwise the permuted logits; only the normalising sum changes order (T roundings).
     assert np.array_equal(A.logits(p, W), A.logits(inst, W)[:, perm])
     assert np.all(np.abs(sp - s[:, perm]) <= WEIGHT_ULPS * inst.T * EPS * np.abs(s[:, perm]))
     try:
-        f = A.output(inst, W, kind)
+        f = A.output(inst, W, kind=kind)
     except A.NumericalError as err:
         # Scale contract: an output below the normal range is refused; the permuted instance has the
         # same outputs, so it must be refused too (equivariance of the refusal).
         assert "underflows" in str(err)
         with pytest.raises(A.NumericalError, match="underflows"):
-            A.output(p, W, kind)
+            A.output(p, W, kind=kind)
         event("outputs below the normal range: both refused")
         return
-    fp = A.output(p, W, kind)
+    fp = A.output(p, W, kind=kind)
     a = inst.keys @ inst.v
     assert np.all(np.abs(f - fp) <= 4 * (WEIGHT_ULPS + 1) * inst.T * EPS * np.sum(np.abs(s * a), axis=1))
 
@@ -361,11 +361,11 @@ def _check_zero_weights(inst: Instance, kind: str) -> None:
     W = np.zeros((inst.d, inst.d))
     ok = inst.allowed
     Ti = ok.sum(axis=1, keepdims=True)  # allowed tokens per row: the uniform weight is 1/T_i
-    s = A.attention(inst, W, kind)
+    s = A.attention(inst, W, kind=kind)
     assert np.all(np.abs(s - ok / Ti) <= WEIGHT_ULPS * EPS / Ti * Ti)
     a = np.where(ok, inst.X @ inst.v, 0.0)
     try:
-        out = A.output(inst, W, kind)
+        out = A.output(inst, W, kind=kind)
     except A.NumericalError as exc:
         with mpmath.workdps(ORACLE_DPS):  # oracle sizes Σ_t |vᵀx_it| / T_i (allowed t) from the exact inputs
             sizes = [
@@ -405,8 +405,8 @@ def test_zero_weights_give_uniform_attention_masked(inst: Instance, kind: str) -
 def _check_linear_in_w(pair: tuple[Instance, np.ndarray], c: float) -> None:
     inst, W = pair
     V = np.roll(W, 1, axis=0)
-    lhs = A.attention(inst, W + c * V, "linear")
-    rhs = A.attention(inst, W, "linear") + c * A.attention(inst, V, "linear")
+    lhs = A.attention(inst, W + c * V, kind="linear")
+    rhs = A.attention(inst, W, kind="linear") + c * A.attention(inst, V, kind="linear")
     scale = _lam(inst, np.abs(W) + abs(c) * np.abs(V))
     assert np.all(np.abs(lhs - rhs) <= 8 * inst.d**2 * EPS * scale)
 

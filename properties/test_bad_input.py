@@ -151,10 +151,10 @@ def test_nonfinite_custom_loss_is_reported(pair: tuple[Instance, np.ndarray], ba
         A.NumericalError,
         match=r"^the (risk|loss ℓ\(Y_i f_i\)) is not finite \(NaN or Inf\).*check the loss .*rescale the data$",
     ):
-        A.risk(inst, W, _const_loss(bad, -1.0))
+        A.risk(inst, W, loss=_const_loss(bad, -1.0))
     for fn in (A.risk_grad, A.risk_grad_textbook, A.normalized_risk_grad):
         with pytest.raises(A.NumericalError, match=r"^the loss derivative is not finite \(NaN or Inf\)"):
-            fn(inst, W, _const_loss(1.0, bad))
+            fn(inst, W, loss=_const_loss(1.0, bad))
 
 
 #: ℓ' = 0 given plainly (log form derived, sign 0) or with its log form ``log(−ℓ') = −inf``.
@@ -176,13 +176,13 @@ def test_zero_loss_derivative_gives_stationary_error(form: str, pair: tuple[Inst
     """ℓ' = 0 everywhere: the gradient is exactly 0 and the direction undefined (no log(0) warning)."""
     inst, W = pair
     loss = _FLAT[form]
-    assert np.all(A.risk_grad(inst, W, loss) == 0.0)
+    assert np.all(A.risk_grad(inst, W, loss=loss) == 0.0)
     with pytest.raises(
         A.NumericalError,
         match=r"^the risk gradient is exactly zero at this W \(every sequence has equal token values "
         r"or a zero loss derivative\): W is stationary and the normalized direction is undefined$",
     ):
-        A.normalized_risk_grad(inst, W, loss)
+        A.normalized_risk_grad(inst, W, loss=loss)
 
 
 @pytest.mark.parametrize("loss_name", ["correlation", "custom"])
@@ -192,12 +192,12 @@ def test_cancelling_sequences_give_cancel_error(loss_name: str) -> None:
     dup = A.Instance([[[1.0], [-1.0]], [[1.0], [-1.0]]], [1.0, -1.0], [1.0], [[1.0], [1.0]])
     loss = "correlation" if loss_name == "correlation" else _const_loss(0.0, -2.0)
     W = np.zeros((1, 1))
-    assert np.all(A.risk_grad(dup, W, loss) == 0.0)
+    assert np.all(A.risk_grad(dup, W, loss=loss) == 0.0)
     with pytest.raises(
         A.NumericalError,
         match=r"^the risk gradient's contributions cancel to rounding level at this W",
     ):
-        A.normalized_risk_grad(dup, W, loss)
+        A.normalized_risk_grad(dup, W, loss=loss)
 
 
 @pytest.mark.parametrize("seed", [0, 3])
@@ -213,4 +213,4 @@ def test_near_cancellation_is_reported_not_returned(seed: int) -> None:
         np.concatenate([inst.X, inst.X]), np.array([1.0, -1.0]), inst.v, np.concatenate([inst.z, inst.z])
     )
     with pytest.raises(A.NumericalError, match="cancel to rounding level"):
-        A.normalized_risk_grad(dup, np.zeros((1, 1)), "correlation")
+        A.normalized_risk_grad(dup, np.zeros((1, 1)), loss="correlation")

@@ -261,7 +261,7 @@ def _floor(inst: Instance) -> float:
 @given(moderate, st.sampled_from(LOSSES))
 def test_risk_grad_equals_torch_autograd(pair: tuple[Instance, np.ndarray], loss: str) -> None:
     inst, W = pair
-    G = A.risk_grad(inst, W, loss)
+    G = A.risk_grad(inst, W, loss=loss)
     Gt = autograd_grad(inst, W, loss)
     Smat, kappa = _scales(inst, W, loss, textbook=True)
     tol = ULPS * EPS * kappa * Smat + _floor(inst)
@@ -296,19 +296,19 @@ def test_risk_grad_equals_central_differences(
     inst, W = pair
     E = np.random.default_rng(seed).standard_normal(W.shape)
     E /= np.linalg.norm(E)
-    Lw = A.risk(inst, W, loss)
+    Lw = A.risk(inst, W, loss=loss)
     amax = float(np.max(np.abs(inst.keys @ inst.v)))
     _, kappa = _scales(inst, W, loss, textbook=True)
     B = {"logistic": 1.0, "exponential": float(np.exp(amax)), "correlation": 1.0}[loss]
     err_L = ULPS * EPS * kappa * (abs(Lw) + B * (1 + amax))  # rounding of one risk evaluation
     M3 = _third_derivative_bound(inst, loss)
     if M3 == 0.0:  # all values equal: L is constant along every line, the gradient is 0
-        assert np.all(A.risk_grad(inst, W, loss) == 0.0)
+        assert np.all(A.risk_grad(inst, W, loss=loss) == 0.0)
         return
     h = (3 * err_L / M3) ** (1 / 3)  # minimises h² M3 / 6 + err_L / h
-    fd = (A.risk(inst, W + h * E, loss) - A.risk(inst, W - h * E, loss)) / (2 * h)
+    fd = (A.risk(inst, W + h * E, loss=loss) - A.risk(inst, W - h * E, loss=loss)) / (2 * h)
     tol = h**2 * M3 / 6 + err_L / h
-    assert abs(fd - float(np.sum(A.risk_grad(inst, W, loss) * E))) <= tol
+    assert abs(fd - float(np.sum(A.risk_grad(inst, W, loss=loss) * E))) <= tol
 
 
 def mp_rounding_level(inst: Instance, W: np.ndarray, loss: str) -> mpmath.mpf:
@@ -353,7 +353,7 @@ def _check_risk_grad(
     ``REFUSAL_SLACK·CANCELLATION_FACTOR`` times the oracle's rounding level (:func:`mp_rounding_level`;
     message "cancel to rounding level"): there the float G may be mostly rounding. Returns the outcome."""
     try:
-        G = A.risk_grad(inst, W, loss)
+        G = A.risk_grad(inst, W, loss=loss)
     except A.NumericalError as err:
         if "rounding level" in str(err):
             level = REFUSAL_SLACK * CANCELLATION_FACTOR * mp_rounding_level(inst, W, loss)
@@ -438,7 +438,7 @@ def test_normalized_direction_matches_oracle(pair: tuple[Instance, np.ndarray], 
     # ||Ĝ − G*||/||G*|| ≤ rel; the unit vectors then differ by ≤ 2·rel.
     rel = _direction_rel(inst, W, loss, norm, Sm)
     try:
-        res = A.normalized_risk_grad(inst, W, loss)
+        res = A.normalized_risk_grad(inst, W, loss=loss)
     except A.NumericalError as exc:
         assert rel >= UNDETERMINED_REL, f"refused a direction the error model fixes (rel = {rel:.3g}): {exc}"
         event("refused: direction undetermined by the error model (rel ≥ ½)")
@@ -470,7 +470,7 @@ def test_zero_weights_gradient_matches_autograd_exactly_shaped(loss: str) -> Non
     """At ``W = 0`` all three references agree (uniform attention)."""
     inst = A.random_instance(3, 4, 3, seed=1)
     W = np.zeros((3, 3))
-    G = A.risk_grad(inst, W, loss)
+    G = A.risk_grad(inst, W, loss=loss)
     Smat, kappa = _scales(inst, W, loss, textbook=True)
     assert np.all(np.abs(G - autograd_grad(inst, W, loss)) <= ULPS * EPS * kappa * Smat)
     assert np.all(np.abs(G - _to_float(mp_grad(inst, W, loss))) <= ULPS * EPS * kappa * Smat)
@@ -484,7 +484,7 @@ def test_textbook_grad_equals_torch_autograd_at_moderate_w(
     inst, W = pair
     Smat, kappa = _scales(inst, W, loss, textbook=True)
     tol = ULPS * EPS * kappa * Smat + _floor(inst)
-    assert np.all(np.abs(A.risk_grad_textbook(inst, W, loss) - autograd_grad(inst, W, loss)) <= tol)
+    assert np.all(np.abs(A.risk_grad_textbook(inst, W, loss=loss) - autograd_grad(inst, W, loss)) <= tol)
 
 
 #: Token 1 has value equal to the output at W = 0 (a = (1, 0, −1), f = 0): its centred value is
@@ -540,7 +540,7 @@ def test_normalized_direction_equals_normalized_gradient(
     if norm == 0:
         event("∇L = 0 exactly: refusal asserted")
         with pytest.raises(A.NumericalError):
-            A.normalized_risk_grad(inst, W, loss)
+            A.normalized_risk_grad(inst, W, loss=loss)
         return
     Smat, kappa = _scales(inst, W, loss, textbook=False)
     tol = ULPS * EPS * kappa * Smat + _floor(inst)
@@ -557,7 +557,7 @@ def test_normalized_direction_equals_normalized_gradient(
         # a refusal is right; a returned direction is held to the error model all the same (within
         # 2·rel, a finite unit vector). Tested, not set aside.
         try:
-            res = A.normalized_risk_grad(inst, W, loss)
+            res = A.normalized_risk_grad(inst, W, loss=loss)
         except A.NumericalError:
             event("direction undetermined by the error model (rel ≥ ½): refused")
             return
@@ -565,7 +565,7 @@ def test_normalized_direction_equals_normalized_gradient(
         _assert_direction(res, D, log_norm, rel, inst, W, loss)
         return
     try:
-        res = A.normalized_risk_grad(inst, W, loss)
+        res = A.normalized_risk_grad(inst, W, loss=loss)
     except A.NumericalError as err:
         # The core refuses gradients at the rounding level of their own sum,
         # ||∇L|| ≤ CANCELLATION_FACTOR·nT·EPS·Σ|w_it| ||x_it|| ||z_i||; allow 2× for our recomputation.
@@ -643,7 +643,7 @@ def test_normalized_direction_matches_oracle_masked(pair: tuple[Instance, np.nda
     if _mp_norm(mp_grad(inst, W, loss)) == 0:
         event("∇L = 0 exactly (no sequence with two allowed, distinct values): refusal asserted")
         with pytest.raises(A.NumericalError, match="exactly zero"):
-            A.normalized_risk_grad(inst, W, loss)
+            A.normalized_risk_grad(inst, W, loss=loss)
         return
     test_normalized_direction_matches_oracle.hypothesis.inner_test(pair, loss)
 

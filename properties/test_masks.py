@@ -82,7 +82,7 @@ def scaled_pairs(draw: Any) -> tuple[Instance, np.ndarray]:
     cannot be scaled back leaves logits of 1e300, where the weights are undetermined in float64.)
     """
     inst = draw(S.instances(n=(1, 3), T=(2, 4), d=(1, 4)))
-    W = draw(S.weight_matrices(inst.d, (1e-2, 2.0)))
+    W = draw(S.weight_matrices(inst.d, scale=(1e-2, 2.0)))
     lo, hi = S.exponent_range(inst.X, inst.z)
     lo_w, hi_w = S.exponent_range(W)
     j = draw(st.integers(max(lo, -(hi_w // 2)), min(hi, (-lo_w) // 2)))
@@ -117,15 +117,15 @@ pairs = st.one_of(moderate, saturated, scaled_pairs(), seq2seq)
 def test_masked_weights_are_the_deleted_ones(pair: tuple[Instance, np.ndarray], kind: str) -> None:
     inst, W = pair
     try:
-        s = attention(inst, W, kind)
-        ls = log_attention(inst, W, kind)
+        s = attention(inst, W, kind=kind)
+        ls = log_attention(inst, W, kind=kind)
     except NumericalError as err:  # logits beyond 1.8e308 (scaled data): the deleted problem refuses too
         event("refused: logits out of range")
         for i in range(inst.n):
             sub = _sub(inst, i)
             if sub is not None:
                 try:
-                    attention(sub, W, kind)
+                    attention(sub, W, kind=kind)
                 except NumericalError:
                     return
         raise AssertionError(f"masked instance refused ({err}) where every deleted sequence did not") from err
@@ -137,7 +137,7 @@ def test_masked_weights_are_the_deleted_ones(pair: tuple[Instance, np.ndarray], 
         if sub is None:
             assert s[i, keep][0] == 1.0 and ls[i, keep][0] == 0.0
             continue
-        ref, lref = attention(sub, W, kind)[0], log_attention(sub, W, kind)[0]
+        ref, lref = attention(sub, W, kind=kind)[0], log_attention(sub, W, kind=kind)[0]
         lsub = logits(sub, W)[0]
         # T·eps·max|l| (attention, from given logits) + 2δl (the logits' own rounding, δl = d²·eps·max Σ|x W z|:
         # the masked and the deleted logits may take different paths, plain or rescaled)
@@ -178,7 +178,7 @@ def _direction_or_zero(sub: Instance, W: np.ndarray, loss: str) -> Any:
     values, a zero query, ``ℓ' = 0``: no term to add) or at its rounding level (``||∇L_i|| ≤ 8·T·eps·M̃_i``:
     counted as 0, its size is within the tolerance, which includes ``M̃_i``)."""
     try:
-        return normalized_risk_grad(sub, W, loss)
+        return normalized_risk_grad(sub, W, loss=loss)
     except NumericalError as err:
         if "exactly zero" in str(err) or "rounding level" in str(err):
             event("a deleted sequence's gradient is 0 or at rounding level")
@@ -206,7 +206,7 @@ def test_masked_gradient_direction_is_the_deleted_one(pair: tuple[Instance, np.n
         return
     if not parts:  # ∇L = 0 or at rounding level in every deleted sequence: the masked direction is refused
         try:
-            normalized_risk_grad(inst, W, loss)
+            normalized_risk_grad(inst, W, loss=loss)
         except NumericalError:
             return
         raise AssertionError("every deleted sequence has ∇L_i = 0 (or at rounding level), the masked one not")
@@ -218,7 +218,7 @@ def test_masked_gradient_direction_is_the_deleted_one(pair: tuple[Instance, np.n
     eps_all = (inst.n * inst.T + inst.T + inst.d) * EPS + max(e for _, e in mags)
     tol = DIRECTION_ULPS * eps_all * float(np.exp(min(log_m - log_g, 700.0)))
     try:
-        nd = normalized_risk_grad(inst, W, loss)
+        nd = normalized_risk_grad(inst, W, loss=loss)
     except NumericalError as err:
         # refused at rounding level: legitimate only where the oracle says the direction is undetermined
         assert tol >= 0.5, (

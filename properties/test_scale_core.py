@@ -16,6 +16,19 @@ returns the oracle's answer to its documented bound, or raises ``NumericalError`
 names the range, and it may raise only when the oracle says the answer (or a quantity the
 docstring names: a logit, an output ``f_i``) is outside float64's range (``RANGE_SLACK`` at the
 edges). Outcomes are counted with ``hypothesis.event``; no example is discarded.
+
+Masks (issue 15 §2). Every property has a ``*_masked`` twin (the plain tests keep their strategies,
+source and derandomized examples) on masked instances (:func:`attnsvm.strategies.instances` with
+``masked=True`` on every family: masks aimed at the score maximiser, its runner-up, a tie partner, the
+largest token, the query; a single allowed token), masked feasible instances (gradients) and
+sequence-to-sequence instances (:meth:`attnsvm.Instance.from_sequences`, causal or not, right-padded),
+scaled by ``2^j`` over the whole exponent range like the plain data (the masked tokens are scaled with
+the others). The mpmath :class:`Oracle` applies the mask itself: a masked token's logit is ``−inf``, its
+log weight ``−inf``, its weight and value exactly 0 (it adds no term to any sum, magnitude or bound), and
+the error model's sizes (``max|x_i|``, ``Σ|x W z|``) read the allowed tokens only — a masked token sets
+no scale. The twins also assert the convention exactly: logit and log weight ``−inf``, weight and value 0
+at a masked token, optimal tokens allowed, one Att-SVM row per allowed non-selected token. The kind drawn
+(:func:`attnsvm.strategies.instance_kind` of the unscaled instance) is counted with ``event``.
 """
 
 from __future__ import annotations
@@ -62,6 +75,22 @@ GRAD_MESSAGE = RANGE_MESSAGE + r"|undetermined"
 FAMILIES = st.sampled_from(S.INSTANCE_FAMILIES).flatmap(lambda f: S.instances(family=f))
 SCALED = S.scaled_instances(FAMILIES)
 GRAD_BASE = st.one_of(FAMILIES, S.feasible_instances())
+#: The masked twins' data: masked instances of every family and sequence-to-sequence ones (causal or
+#: not; right-padded with exact duplicate tokens), kept small (the seq2seq instance has n·T queries).
+SEQ = S.sequence_instances(n=(1, 2), T=(2, 3), d=(1, 3)) | S.sequence_instances(
+    n=(1, 2), T=(2, 3), d=(1, 3), family="uniform", padding=True, duplicates=True
+)
+MASKED_FAMILIES = st.one_of(
+    st.sampled_from(S.INSTANCE_FAMILIES).flatmap(lambda f: S.instances(family=f, masked=True)), SEQ
+)
+SCALED_MASKED = S.scaled_instances(base=MASKED_FAMILIES)
+GRAD_BASE_MASKED = st.one_of(MASKED_FAMILIES, S.feasible_instances(masked=True))
+
+
+def _kind(si: S.ScaledInstance) -> None:
+    """Count the kind drawn (of the unscaled instance: scaling ``X`` and ``z`` apart hides the seq2seq
+    shape)."""
+    event(f"instance: {S.instance_kind(si.original)}")
 
 
 def _mp(x: float) -> mpmath.mpf:
@@ -79,7 +108,7 @@ def cases(
     shrinks to 0.
     """
     si = draw(S.scaled_instances(base))
-    W0 = draw(S.weight_matrices(si.inst.d, scale))
+    W0 = draw(S.weight_matrices(si.inst.d, scale=scale))
     kw = draw(st.one_of(st.integers(-8, 8), st.integers(-1100, 1100)))
     lo, hi = S.exponent_range(W0)
     k = min(max(-(si.jx + si.jz) + kw, lo), hi)
@@ -87,10 +116,16 @@ def cases(
 
 
 class Oracle:
-    """Logits, weights, values, outputs and their error magnitudes in mpmath, per sequence."""
+    """Logits, weights, values, outputs and their error magnitudes in mpmath, per sequence.
+
+    Token masks: a masked token has logit and log weight ``−inf``, weight, value and magnitudes exactly 0
+    (no term of any sum), and takes no part in the sizes ``max|x_i|`` of the error model.
+    """
 
     def __init__(self, inst: Instance, W: np.ndarray) -> None:
         n, T, d = inst.shape
+        ok = inst.allowed  # all True without a mask: every expression below is then the unmasked one
+        self.ok = ok
         with mpmath.workdps(ORACLE_DPS):
             Wm = [[_mp(W[k, j]) for j in range(d)] for k in range(d)]
             v = [_mp(c) for c in inst.v]
@@ -101,11 +136,27 @@ class Oracle:
                 Wz = [mpmath.fsum(Wm[k][j] * self.z[i][j] for j in range(d)) for k in range(d)]
                 aWz = [mpmath.fsum(abs(Wm[k][j] * self.z[i][j]) for j in range(d)) for k in range(d)]
                 xs = self.X[i]
-                self.l.append([mpmath.fsum(x[k] * Wz[k] for k in range(d)) for x in xs])
-                self.lmag.append([mpmath.fsum(abs(x[k]) * aWz[k] for k in range(d)) for x in xs])
-                self.a.append([mpmath.fsum(x[k] * v[k] for k in range(d)) for x in xs])
-                self.amag.append([mpmath.fsum(abs(x[k] * v[k]) for k in range(d)) for x in xs])
-                m = max(self.l[i])
+                if inst.mask is None:
+                    self.l.append([mpmath.fsum(x[k] * Wz[k] for k in range(d)) for x in xs])
+                    self.lmag.append([mpmath.fsum(abs(x[k]) * aWz[k] for k in range(d)) for x in xs])
+                    self.a.append([mpmath.fsum(x[k] * v[k] for k in range(d)) for x in xs])
+                    self.amag.append([mpmath.fsum(abs(x[k] * v[k]) for k in range(d)) for x in xs])
+                else:  # masked: logit −inf, value and magnitudes 0
+                    zero, ninf = mpmath.mpf(0), mpmath.mpf("-inf")
+                    on = list(zip(xs, ok[i], strict=True))
+                    self.l.append(
+                        [mpmath.fsum(x[k] * Wz[k] for k in range(d)) if k_ else ninf for x, k_ in on]
+                    )
+                    self.lmag.append(
+                        [mpmath.fsum(abs(x[k]) * aWz[k] for k in range(d)) if k_ else zero for x, k_ in on]
+                    )
+                    self.a.append(
+                        [mpmath.fsum(x[k] * v[k] for k in range(d)) if k_ else zero for x, k_ in on]
+                    )
+                    self.amag.append(
+                        [mpmath.fsum(abs(x[k] * v[k]) for k in range(d)) if k_ else zero for x, k_ in on]
+                    )
+                m = max(self.l[i])  # an allowed logit: ≥ 1 per row (mpmath's exp(−inf) = 0, log weight −inf)
                 lse = m + mpmath.log(mpmath.fsum(mpmath.exp(li - m) for li in self.l[i]))
                 self.log_s.append([li - lse for li in self.l[i]])
                 self.s.append([mpmath.exp(ls) for ls in self.log_s[i]])
@@ -115,7 +166,7 @@ class Oracle:
             ]
         self.n, self.T, self.d = n, T, d
         self.Y = inst.Y
-        self.xmax = [float(np.max(np.abs(inst.X[i]))) for i in range(n)]
+        self.xmax = [float(np.max(np.abs(inst.keys[i]))) for i in range(n)]  # keys: X without a mask
         self.zmax = [float(np.max(np.abs(inst.z[i]))) for i in range(n)]
         self.wmax = float(np.max(np.abs(W)))
 
@@ -127,7 +178,13 @@ class Oracle:
             return ULPS * self.d * self.d * EPS * max(self.lmag[i]) + self.d * self.d * SUBNORMAL_ULP * size
 
     def logits_overflow(self) -> bool:
-        return any(abs(li) > FLOAT_MAX / RANGE_SLACK for row in self.l for li in row)
+        """Some allowed logit is beyond 1.8e308 (a masked one is −inf by convention, not an overflow)."""
+        return any(
+            abs(li) > FLOAT_MAX / RANGE_SLACK
+            for row, okr in zip(self.l, self.ok, strict=True)
+            for li, k in zip(row, okr, strict=True)
+            if k
+        )
 
     def outputs_overflow(self) -> bool:
         return any(abs(f) > FLOAT_MAX / RANGE_SLACK for f in self.f)
@@ -451,16 +508,21 @@ def test_risk_grad_textbook_is_finite_or_refuses(
 
 # ---------------------------------------------------------------- Att-SVM tensor
 @st.composite
-def svm_cases(draw: Any) -> tuple[S.ScaledInstance, np.ndarray]:
-    si = draw(SCALED)
+def svm_cases(
+    draw: Any, base: st.SearchStrategy[S.ScaledInstance] = SCALED
+) -> tuple[S.ScaledInstance, np.ndarray]:
+    si = draw(base)
     return si, draw(S.token_choices(si.inst))
 
 
 def _mp_deltas(inst: Instance, alpha: np.ndarray) -> tuple[list[list[mpmath.mpf]], list[list[mpmath.mpf]]]:
+    """``Δ = x_iα − x_it`` and ``z_i`` of every Att-SVM row, in row order (sequence, then token), over the
+    allowed tokens ``t ≠ α_i`` (a masked token has no constraint)."""
     D, Z = [], []
+    ok = inst.allowed
     for i in range(inst.n):
         for t in range(inst.T):
-            if t != alpha[i]:
+            if t != alpha[i] and ok[i, t]:
                 D.append([_mp(inst.X[i, alpha[i], k]) - _mp(inst.X[i, t, k]) for k in range(inst.d)])
                 Z.append([_mp(c) for c in inst.z[i]])
     return D, Z
@@ -545,3 +607,203 @@ def test_svm_margins_scale_sweep(case: tuple[S.ScaledInstance, np.ndarray], kw: 
         return
     for r, e in enumerate(mg):
         assert abs(float(M[r] - e)) <= float(ULPS * d * d * EPS * mag[r]) + d * d * SUBNORMAL_ULP
+
+
+# ---------------------------------------------------------------- masked and sequence-to-sequence twins
+# Masked instances of every family and sequence-to-sequence ones, scaled by 2^j over the whole range (module
+# docstring). Where the plain body holds as it stands on masked data (its oracle applies the mask), the twin
+# runs it (``inner_test``); where the plain body reads every token's logit, it checks the allowed tokens
+# against the oracle and the masked ones against the convention, exactly.
+@given(cases(base=MASKED_FAMILIES))
+def test_logits_scale_sweep_masked(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """Allowed logits = mpmath ``x W z`` to d²·eps·Σ|xWz| (sizes over the allowed tokens); masked logits
+    exactly ``−inf``; raises only when an allowed logit exceeds 1.8e308 (a masked token overflows nothing)."""
+    si, W = case
+    _kind(si)
+    o = Oracle(si.inst, W)
+    lg = _expect(lambda: A.logits(si.inst, W), o.logits_overflow(), "logit overflow")
+    if lg is None:
+        return
+    ok = si.inst.allowed
+    assert np.all(np.isneginf(lg[~ok]))
+    worst = 0.0
+    for i in range(o.n):
+        err = max(abs(float(lg[i, t] - o.l[i][t])) for t in range(o.T) if ok[i, t])
+        worst = max(worst, _ratio(err, o.logit_err(i)))
+    target(worst, label="logit error / bound")
+    assert worst <= 1.0
+
+
+@given(cases(base=MASKED_FAMILIES, scale=(1e-2, 1e3)))
+def test_attention_scale_sweep_masked(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """Allowed weights = the mpmath softmax over the allowed tokens, per weight relative ``2δl + ULPS·T·eps``
+    plus 2^−1074; masked weights exactly 0."""
+    si, W = case
+    _kind(si)
+    o = Oracle(si.inst, W)
+    s = _expect(lambda: A.attention(si.inst, W), o.logits_overflow(), "logit overflow")
+    if s is None:
+        return
+    ok = si.inst.allowed
+    assert np.all(s[~ok] == 0.0)
+    worst = 0.0
+    for i in range(o.n):
+        rel = 2 * o.logit_err(i) + ULPS * o.T * EPS
+        for t in np.flatnonzero(ok[i]):
+            bound = float(o.s[i][t]) * rel + SUBNORMAL_ULP
+            worst = max(worst, _ratio(abs(s[i, t] - o.s[i][t]), bound))
+    target(worst, label="weight error / bound")
+    assert worst <= 1.0
+
+
+@given(cases(base=MASKED_FAMILIES, scale=(1e-2, 1e3)))
+def test_log_attention_scale_sweep_masked(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """Allowed log weights = the mpmath log-softmax over the allowed tokens to
+    ``2δl + ULPS·eps·(T + |log s|)``; masked log weights exactly ``−inf`` (log 0, not a range error); raises
+    only when an allowed logit or log weight is out of range."""
+    si, W = case
+    _kind(si)
+    o = Oracle(si.inst, W)
+    ok = si.inst.allowed
+    may = o.logits_overflow() or any(
+        o.log_s[i][t] < -FLOAT_MAX / RANGE_SLACK for i in range(o.n) for t in range(o.T) if ok[i, t]
+    )
+    ls = _expect(lambda: A.log_attention(si.inst, W), may, "logit overflow")
+    if ls is None:
+        return
+    assert np.all(np.isneginf(ls[~ok]))
+    worst = 0.0
+    for i in range(o.n):
+        for t in np.flatnonzero(ok[i]):
+            bound = 2 * o.logit_err(i) + ULPS * EPS * (o.T + abs(float(o.log_s[i][t])))
+            worst = max(worst, _ratio(abs(ls[i, t] - o.log_s[i][t]), bound))
+    target(worst, label="log weight error / bound")
+    assert worst <= 1.0
+
+
+@given(cases(base=MASKED_FAMILIES, scale=(1e-2, 1e3)))
+def test_output_scale_sweep_masked(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """f = mpmath Σ s a over the allowed tokens, to the plain property's bound (its body: the oracle's sums,
+    magnitudes and range tests skip the masked tokens)."""
+    _kind(case[0])
+    test_output_scale_sweep.hypothesis.inner_test(case)
+
+
+@given(SCALED_MASKED)
+def test_optimal_tokens_scale_invariant_masked(si: S.ScaledInstance) -> None:
+    """optimal_tokens is exactly invariant under 2^j scaling with a mask too (plain body), and every optimal
+    token is allowed (oracle: the mask)."""
+    _kind(si)
+    test_optimal_tokens_scale_invariant.hypothesis.inner_test(si)
+    try:
+        opt = si.inst.optimal_tokens()
+    except TiedScoresError:
+        return  # the tie, also at scale 1, is asserted by the plain body
+    assert si.inst.allowed[np.arange(si.inst.n), opt].all()
+
+
+@given(SCALED_MASKED)
+def test_values_scale_sweep_masked(si: S.ScaledInstance) -> None:
+    """Allowed values = mpmath vᵀx to d·ULPS·eps·Σ|v x|, masked values exactly 0 (the documented
+    convention); raises only when an allowed value overflows or its nonzero Σ|v x| is below the range."""
+    _kind(si)
+    o = Oracle(si.inst, np.zeros((si.inst.d, si.inst.d)))  # o.a, o.amag: 0 at a masked token
+    over = any(abs(a) > FLOAT_MAX / RANGE_SLACK for row in o.a for a in row)
+    under = any(0 < m < FLOAT_TINY * RANGE_SLACK for row in o.amag for m in row)
+    a = _expect(si.inst.values, over or under, "value out of range")
+    if a is None:
+        return
+    ok = si.inst.allowed
+    assert np.all(a[~ok] == 0.0)
+    worst = max(
+        _ratio(abs(a[i, t] - o.a[i][t]), o.d * ULPS * EPS * o.amag[i][t] + SUBNORMAL_ULP)
+        for i in range(o.n)
+        for t in range(o.T)
+    )
+    assert worst <= 1.0
+
+
+@given(
+    cases(base=MASKED_FAMILIES, scale=(1e-2, 1e3)),
+    st.sampled_from(["logistic", "exponential", "correlation"]),
+)
+def test_risk_scale_sweep_masked(case: tuple[S.ScaledInstance, np.ndarray], loss: str) -> None:
+    """risk = mpmath mean ℓ(Y f), f over the allowed tokens, to the plain property's bound (its body)."""
+    _kind(case[0])
+    test_risk_scale_sweep.hypothesis.inner_test(case, loss)
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(cases(base=GRAD_BASE_MASKED, scale=(1e-2, 1e3)), GRAD_LOSSES)
+def test_risk_grad_scale_sweep_masked(case: tuple[S.ScaledInstance, np.ndarray], loss: str) -> None:
+    """risk_grad = the mpmath ∇L with weight 0 at the masked tokens (no term), to the plain bound (its
+    body); a mask that leaves every sequence one token gives ∇L = 0 exactly, which must be returned as 0."""
+    _kind(case[0])
+    test_risk_grad_scale_sweep.hypothesis.inner_test(case, loss)
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(cases(base=GRAD_BASE_MASKED, scale=(1e-2, 1e3)), GRAD_LOSSES)
+def test_normalized_risk_grad_scale_sweep_masked(
+    case: tuple[S.ScaledInstance, np.ndarray], loss: str
+) -> None:
+    """direction and log_norm = the masked mpmath ∇L's (plain body); where the mask leaves no gradient
+    (∇L = 0 exactly: every sequence one allowed token, or equal allowed values) the oracle allows only the
+    refusal, and it must name the exact zero."""
+    _kind(case[0])
+    test_normalized_risk_grad_scale_sweep.hypothesis.inner_test(case, loss)
+
+
+@given(cases(base=MASKED_FAMILIES, scale=(1e-2, 1e3)), GRAD_LOSSES)
+def test_risk_grad_textbook_is_finite_or_refuses_masked(
+    case: tuple[S.ScaledInstance, np.ndarray], loss: str
+) -> None:
+    """The textbook gradient on masked data: never NaN/Inf (IEEE finiteness; −inf masked logits must not
+    leak into 0·inf), or a NumericalError naming the range (plain body)."""
+    _kind(case[0])
+    test_risk_grad_textbook_is_finite_or_refuses.hypothesis.inner_test(case, loss)
+
+
+def _assert_row_count(
+    case: tuple[S.ScaledInstance, np.ndarray], call: Callable[..., Any], shape: Any
+) -> None:
+    """The result has one row per allowed token ``t ≠ α_i`` (``m = Σ_i (T_i − 1)``; α is allowed): the plain
+    bodies compare the oracle's rows one by one and would not see extra ones. A NumericalError is left to
+    the plain body (it asserts that the oracle allows it)."""
+    si, alpha = case
+    m = int(np.sum(si.inst.allowed)) - si.inst.n
+    try:
+        out = call(si, alpha)
+    except NumericalError:
+        return
+    assert out.shape == shape(m, si.inst.d), (out.shape, m)
+    if m == 0:
+        event("no Att-SVM row (every sequence one allowed token)")
+
+
+@given(svm_cases(SCALED_MASKED))
+def test_svm_rows_scale_sweep_masked(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """rows = exact z⊗Δ (mpmath) over the allowed tokens t ≠ α_i only (plain body with the masked row set:
+    the row count is asserted too); α drawn among the allowed tokens."""
+    _kind(case[0])
+    _assert_row_count(case, lambda si, alpha: A.svm_rows(si.inst, alpha), lambda m, d: (m, d * d))
+    test_svm_rows_scale_sweep.hypothesis.inner_test(case)
+
+
+@given(svm_cases(SCALED_MASKED))
+def test_svm_gram_scale_sweep_masked(case: tuple[S.ScaledInstance, np.ndarray]) -> None:
+    """Gram = mpmath (z·z)(Δ·Δ) over the allowed rows (plain body; ``m × m`` with ``m = Σ_i (T_i − 1)``)."""
+    _kind(case[0])
+    _assert_row_count(case, lambda si, alpha: A.svm_gram(si.inst, alpha), lambda m, d: (m, m))
+    test_svm_gram_scale_sweep.hypothesis.inner_test(case)
+
+
+@given(svm_cases(SCALED_MASKED), st.integers(-30, 30))
+def test_svm_margins_scale_sweep_masked(case: tuple[S.ScaledInstance, np.ndarray], kw: int) -> None:
+    """margins = mpmath Δᵀ W z over the allowed rows (plain body; one per row, at an exact ``W = I + ¼``)."""
+    _kind(case[0])
+    d = case[0].inst.d
+    _assert_row_count(
+        case, lambda si, alpha: A.svm_margins(si.inst, np.eye(d) + 0.25, alpha), lambda m, d: (m,)
+    )
+    test_svm_margins_scale_sweep.hypothesis.inner_test(case, kw)

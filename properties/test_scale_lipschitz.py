@@ -33,6 +33,21 @@ of tiny entries), the reference becomes the same data rescaled exactly to larges
 asserted) only when no reference is representable, when the radius or point has no representable pair
 (``|jx + jz| ≳ 2040``), or when the estimate's Jacobian at the reference is below its float64
 rounding level.
+
+Masks (issue 15 §2). Each property has a ``*_masked`` twin on the same sweep over masked instances (every
+family; masks aimed at the hard cases: the score maximiser, a tie partner, the largest token, the query
+token, a single allowed token) and sequence-to-sequence instances
+(:meth:`attnsvm.Instance.from_sequences`, causal or not, right-padded or not), so the plain examples stay
+those of before. A twin runs the plain property's own body (``inner_test``: the same claims and tally) on
+that data. The scaling keeps the mask and scales the masked tokens with the others
+(:func:`attnsvm.strategies.scaled`); the equivariance is the same (a masked token is never read), and the
+oracles apply the mask themselves: the torch maps (``_torch_jac``) give a masked token weight 0 (a torch
+softmax of the logits, or of ``log φ``, with the masked entries ``−inf``; ``linear``: 0), ``||𝓛||₂`` is
+the SVD of the allowed tokens' Kronecker rows (deletion), the tolerances read the keys (masked tokens 0),
+and the O(1) reference is the keys rescaled by their own exponent (a masked token sets no scale). The kind
+drawn is counted with ``hypothesis.event`` (:func:`attnsvm.strategies.instance_kind`). One property has no
+plain counterpart: masked tokens of any size (``2^j`` times, ``j`` over the whole range) change no result
+bit (``test_masked_tokens_of_any_size_change_nothing_masked``; oracle: the masked tokens set to 0).
 """
 
 from __future__ import annotations
@@ -68,6 +83,22 @@ JAC_ULPS = 8.0
 small = {"n": (1, 2), "T": (2, 3), "d": (1, 3)}
 bases = st.sampled_from(S.INSTANCE_FAMILIES).flatmap(lambda f: S.instances(family=f, **small))
 sweeps = S.scaled_instances(bases)
+#: The ``*_masked`` twins' data: masked instances of every family and sequence-to-sequence ones (``n·T``
+#: query rows: ``n ≤ 2, T ≤ 3``), causal or not, right-padded or not, swept over the same scales.
+bases_masked = st.sampled_from(S.INSTANCE_FAMILIES).flatmap(
+    lambda f: S.instances(family=f, masked=True, **small)
+) | st.sampled_from(S.INSTANCE_FAMILIES).flatmap(
+    lambda f: S.sequence_instances(n=(1, 2), T=(2, 3), d=(1, 3), family=f, padding=True)
+)
+sweeps_masked = S.scaled_instances(bases_masked)
+#: Data of the masked-token test: as ``bases_masked`` with the sequence-to-sequence instances causal (a
+#: mask on every one; the masked instances still shrink to no mask).
+sweeps_junk = S.scaled_instances(
+    st.sampled_from(S.INSTANCE_FAMILIES).flatmap(lambda f: S.instances(family=f, masked=True, **small))
+    | st.sampled_from(S.INSTANCE_FAMILIES).flatmap(
+        lambda f: S.sequence_instances(n=(1, 2), T=(2, 3), d=(1, 3), family=f, causal=True, padding=True)
+    )
+)
 radii = st.floats(0.05, 8.0)
 
 
@@ -89,7 +120,11 @@ def _pow2(a: np.ndarray) -> int:
 def _references(si: S.ScaledInstance) -> list[S.ScaledInstance]:
     """The references to try, in order: the drawn data at scale 1, then (where that answer is not
     representable, e.g. uniform draws made only of tiny entries) the same data rescaled exactly to
-    largest entries in ``[½, 1)``, with the exponents relative to it (only when that rescaling is exact)."""
+    largest entries in ``[½, 1)``, with the exponents relative to it (only when that rescaling is exact).
+    Masked: the keys (masked tokens 0, never read) with an explicit ``z`` set the exponents and make the
+    reference, and the exactness is that of the keys."""
+    if si.inst.mask is not None:
+        return _references_masked(si)
     inst = si.inst
     eX, ev = _pow2(inst.X), _pow2(inst.v)
     ez = eX if inst.self_attention else _pow2(inst.z)
@@ -97,6 +132,24 @@ def _references(si: S.ScaledInstance) -> list[S.ScaledInstance]:
     back = S.scaled(ref, eX, ez, ev)
     exact = all(np.array_equal(a, b) for a, b in ((back.X, inst.X), (back.z, inst.z), (back.v, inst.v)))
     return [si, S.ScaledInstance(inst, ref, eX, ez, ev)] if exact else [si]
+
+
+def _references_masked(si: S.ScaledInstance) -> list[S.ScaledInstance]:
+    """:func:`_references` of a masked instance: the O(1) reference is the keys (masked tokens 0: the
+    maps never read them, so they set no exponent and cannot overflow the rescaling) and ``z`` rescaled by
+    their own exponents; a masked query token ``x_i0`` stays the query (``z`` explicit)."""
+    inst = si.inst
+    eX, ez, ev = _pow2(inst.keys), _pow2(inst.z), _pow2(inst.v)
+    keys = Instance(inst.keys, inst.Y, inst.v, inst.z, mask=inst.mask)
+    with np.errstate(under="ignore"):
+        ref = S.scaled(keys, -eX, -ez, -ev)
+    back = S.scaled(ref, eX, ez, ev)
+    exact = all(np.array_equal(a, b) for a, b in ((back.X, keys.X), (back.z, keys.z), (back.v, keys.v)))
+    return [si, S.ScaledInstance(inst, ref, eX, ez, ev)] if exact else [si]
+
+
+def _kind(si: S.ScaledInstance) -> None:
+    event(f"instance: {S.instance_kind(si.original)}")
 
 
 def _run(tally: Tally, si: S.ScaledInstance, check: Callable[[S.ScaledInstance], str | None]) -> None:
@@ -162,11 +215,25 @@ def _expect_scaled(ref: float, k: int, call: Callable[[], float], *extra_ok: flo
 
 
 def _torch_jac(inst: Instance, kind: str, of: str, W: np.ndarray) -> float:
-    """Independent ``||J(W)||₂`` (torch softmax / elu + 1 on the raw data, jacrev, SVD)."""
+    """Independent ``||J(W)||₂`` (torch softmax / elu + 1 on the raw data, jacrev, SVD).
+
+    Masked: the normalised kinds are a torch softmax of ``l`` (softmax) or of ``log φ(l)`` (``φ/Σφ``,
+    ``log φ = l`` below 0 and ``log1p(l)`` above) whose masked entries are filled with ``−inf``, and the
+    linear weight of a masked token is 0: its entry of ``s`` is the constant 0 (no gradient) and it adds
+    nothing to the output. A sequence with one allowed token then has an exactly 0 block (weight
+    ``exp(0)/1 = 1``), as the bound's ``κ_i = 0`` says."""
     X, z, v = (torch.tensor(np.asarray(a), dtype=torch.float64) for a in (inst.X, inst.z, inst.v))
+    masked = None if inst.mask is None else ~torch.tensor(np.array(inst.mask))
 
     def m(Wt: torch.Tensor) -> torch.Tensor:
         lg = torch.einsum("ntd,de,ne->nt", X, Wt, z)
+        if masked is not None:
+            if kind == "linear":
+                s = lg.masked_fill(masked, 0.0)
+            else:  # softmax of l, or of log φ(l) = l (l < 0), log1p(l) (l ≥ 0): φ/Σφ for elu + 1
+                lw = lg if kind == "softmax" else torch.where(lg < 0, lg, torch.log1p(lg.clamp(min=0.0)))
+                s = torch.softmax(lw.masked_fill(masked, -torch.inf), dim=1)
+            return s.reshape(-1) if of == "weights" else (s * (X @ v)).sum(dim=1)
         if kind == "softmax":
             s = torch.softmax(lg, dim=1)
         elif kind == "linear":
@@ -181,14 +248,15 @@ def _torch_jac(inst: Instance, kind: str, of: str, W: np.ndarray) -> float:
 
 
 def _logit_frobenius(inst: Instance) -> float:
-    return float(np.linalg.norm(np.linalg.norm(inst.X, axis=-1) * np.linalg.norm(inst.z, axis=1)[:, None]))
+    """``||𝓛||_F`` over the allowed tokens (keys: masked tokens 0; ``X`` itself when unmasked)."""
+    return float(np.linalg.norm(np.linalg.norm(inst.keys, axis=-1) * np.linalg.norm(inst.z, axis=1)[:, None]))
 
 
 def _jac_floor(inst: Instance, of: str) -> float:
     """Absolute rounding allowance of the torch Jacobian norm at logits of order one (JAC_ULPS)."""
     n, T, d = inst.shape
     with np.errstate(under="ignore"):
-        a = 1.0 if of == "weights" else 1.0 + T * float(np.max(np.abs(inst.X @ inst.v)))
+        a = 1.0 if of == "weights" else 1.0 + T * float(np.max(np.abs(inst.keys @ inst.v)))
     return JAC_ULPS * (n * T + d * d + 4 * d + T) * EPS * _logit_frobenius(inst) * a
 
 
@@ -214,13 +282,15 @@ def _check_bound(kind: str, of: str, si: S.ScaledInstance, r: float) -> str | No
         return "radius not representable at one of the two scales"
     R_s, R_1 = radius
     try:
-        b1 = lipschitz_bound(si.original, kind, radius=R_1, of=of)
+        b1 = lipschitz_bound(si.original, kind=kind, radius=R_1, of=of)
     except NumericalError as exc:
         assert RANGE_MESSAGE in str(exc)
         return "reference outside float64's range"
     k = _k(si, of)
     nominal_ok = _ld(b1.nominal, k) if b1.nominal else 1.0
-    _expect_scaled(b1.value, k, lambda: lipschitz_bound(si.inst, kind, radius=R_s, of=of).value, nominal_ok)
+    _expect_scaled(
+        b1.value, k, lambda: lipschitz_bound(si.inst, kind=kind, radius=R_s, of=of).value, nominal_ok
+    )
     # soundness at scale 1, against the independent Jacobian
     inst = si.original
     lf = _logit_frobenius(inst)
@@ -257,7 +327,7 @@ def _check_estimate(kind: str, of: str, si: S.ScaledInstance, r: float) -> str |
     R_s, R_1 = radius
     opts = {"samples": 4, "steps": 2, "starts": 1}
     try:
-        e1 = lipschitz_estimate(si.original, kind, radius=R_1, of=of, **opts)
+        e1 = lipschitz_estimate(si.original, kind=kind, radius=R_1, of=of, **opts)
     except NumericalError as exc:
         why = (
             "below its float64 rounding level" if "rounding level" in str(exc) else "outside float64's range"
@@ -270,11 +340,11 @@ def _check_estimate(kind: str, of: str, si: S.ScaledInstance, r: float) -> str |
     _expect_scaled(
         e1.value,
         _k(si, of),
-        lambda: lipschitz_estimate(si.inst, kind, radius=R_s, of=of, **opts).value,
+        lambda: lipschitz_estimate(si.inst, kind=kind, radius=R_s, of=of, **opts).value,
         w_norm_ok,
     )
     if _normal(_ld(e1.value, _k(si, of))) and _normal(w_norm_ok):
-        e_s = lipschitz_estimate(si.inst, kind, radius=R_s, of=of, **opts)
+        e_s = lipschitz_estimate(si.inst, kind=kind, radius=R_s, of=of, **opts)
         np.testing.assert_array_equal(e_s.W, np.ldexp(e1.W, -shift))
     lf = _logit_frobenius(si.original)
     if nw * lf <= 16.0:  # logits of order one: the independent torch Jacobian resolves the value
@@ -308,18 +378,18 @@ def _check_jacobian(kind: str, of: str, si: S.ScaledInstance, Wu: np.ndarray) ->
         return "point not representable at one of the two scales"
     W_s, W_1 = pts
     try:
-        j1 = jacobian_norm(si.original, W_1, kind, of)
+        j1 = jacobian_norm(si.original, W_1, kind=kind, of=of)
     except NumericalError as exc:
         msg = str(exc)
         assert "rounding level" in msg or RANGE_MESSAGE in msg or "not finite" in msg
         if "rounding level" in msg:
             # the computation is the same at both scales: the same refusal
             with pytest.raises(NumericalError, match="rounding level"):
-                jacobian_norm(si.inst, W_s, kind, of)
+                jacobian_norm(si.inst, W_s, kind=kind, of=of)
             event("saturated point: refusal at both scales asserted")
             return None
         return "reference Jacobian outside float64's range"
-    _expect_scaled(j1, _k(si, of), lambda: jacobian_norm(si.inst, W_s, kind, of))
+    _expect_scaled(j1, _k(si, of), lambda: jacobian_norm(si.inst, W_s, kind=kind, of=of))
     lf = _logit_frobenius(si.original)
     with np.errstate(over="ignore"):  # a point of size ~2^1000 at scale 1: its norm is inf, no check
         w_norm = float(np.linalg.norm(W_1))
@@ -351,9 +421,119 @@ def _check_logit_norm(si: S.ScaledInstance) -> str | None:
         return "reference logit norm outside float64's range"
     _expect_scaled(L1, si.jx + si.jz, lambda: logit_norm(si.inst))
     rows = np.einsum("nj,ntk->ntjk", inst.z, inst.X).reshape(inst.n * inst.T, -1)
+    if inst.mask is not None:  # a masked token has no logit: its row is deleted
+        rows = rows[inst.mask.reshape(-1)]
     with np.errstate(under="ignore"):
         sv = float(np.linalg.svd(rows, compute_uv=False)[0])
     # the explicit rows underflow where the data are tiny: compare where they are normal
     if sv > 1e-150:
         assert abs(L1 - sv) <= SVD_ULPS * (inst.n * inst.T + inst.d**2) * EPS * sv
     return None
+
+
+# ----------------------------------------------------------------------------- masked and seq2seq twins
+# Each runs the plain property's own body (``inner_test``: the same claims, references and tally, all of
+# which apply the mask) on the sweep of masked and sequence-to-sequence instances, counting the kind
+# drawn. The tally is the plain property's: ``bounded_discards`` resets it before the twin's run and
+# bounds it after.
+@pytest.mark.parametrize("of", OFS)
+@pytest.mark.parametrize("kind", KINDS)
+@bounded_discards(_BOUND)
+@given(si=sweeps_masked, r=radii)
+def test_bound_scale_sweep_masked(kind: str, of: str, si: S.ScaledInstance, r: float) -> None:
+    """Exact equivariance of the masked bound (a masked token, scaled with the others, is never read);
+    soundness at scale 1 against the torch Jacobian of the masked maps (``−inf`` masked logits)."""
+    _kind(si)
+    test_bound_scale_sweep.hypothesis.inner_test(kind=kind, of=of, si=si, r=r)
+
+
+@pytest.mark.parametrize(
+    ("kind", "of"), [("softmax", "weights"), ("normalized_linear", "output"), ("linear", "output")]
+)
+@bounded_discards(_EST)
+@costly
+@given(si=sweeps_masked, r=radii)
+def test_estimate_scale_sweep_masked(kind: str, of: str, si: S.ScaledInstance, r: float) -> None:
+    """Exact equivariance of the masked estimate and its point; attained at scale 1 (torch Jacobian of
+    the masked maps at its point)."""
+    _kind(si)
+    test_estimate_scale_sweep.hypothesis.inner_test(kind=kind, of=of, si=si, r=r)
+
+
+@pytest.mark.parametrize("of", OFS)
+@pytest.mark.parametrize("kind", KINDS)
+@bounded_discards(_JAC)
+@given(si=sweeps_masked, data=st.data())
+def test_jacobian_norm_scale_sweep_masked(
+    kind: str, of: str, si: S.ScaledInstance, data: st.DataObject
+) -> None:
+    """Exact equivariance of the masked Jacobian norm; at scale 1 it agrees with the torch Jacobian of the
+    masked maps where the logits are of order one."""
+    _kind(si)
+    test_jacobian_norm_scale_sweep.hypothesis.inner_test(kind=kind, of=of, si=si, data=data)
+
+
+@bounded_discards(_LOGIT)
+@given(si=sweeps_masked)
+def test_logit_norm_scale_sweep_masked(si: S.ScaledInstance) -> None:
+    """``||𝓛||₂`` of the allowed tokens is bilinear in ``(X, z)``; oracle at scale 1: SVD of the allowed
+    tokens' Kronecker rows (the masked tokens' rows deleted)."""
+    _kind(si)
+    test_logit_norm_scale_sweep.hypothesis.inner_test(si=si)
+
+
+# ----------------------------------------------------------------------------- masked tokens of any size
+def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
+    """``("value", result)``, or ``("raises", message)`` for a NumericalError (compared as such)."""
+    try:
+        return "value", call()
+    except NumericalError as exc:
+        return "raises", str(exc)
+
+
+@pytest.mark.parametrize("of", OFS)
+@pytest.mark.parametrize("kind", KINDS)
+@given(si=sweeps_junk, r=radii, data=st.data())
+def test_masked_tokens_of_any_size_change_nothing_masked(
+    kind: str, of: str, si: S.ScaledInstance, r: float, data: st.DataObject
+) -> None:
+    """A masked token is never read, at every scale of the sweep: with every masked token multiplied by
+    ``2^j`` (``j`` drawn over the whole range that keeps its entries normal, independently of the sweep's
+    exponents), ``lipschitz_bound`` (value, nominal, allowance), ``jacobian_norm``, ``logit_norm`` and
+    ``lipschitz_estimate`` (value and point) are bit-identical to those of the same instance with the
+    masked tokens set to 0, or both raise the same NumericalError. Oracle: that construction (the zeroed
+    instance has nothing at a masked token to read; ``z`` explicit, so a masked query token stays the
+    query). A draw without a mask (the strategy shrinks to it) is compared with itself (an event)."""
+    inst = si.inst
+    _kind(si)
+    if inst.mask is None:
+        event("no mask drawn: junk = zeroed = the instance")
+    masked = ~inst.allowed
+    lo, hi = S.exponent_range(inst.X[masked])
+    j = data.draw(st.integers(lo, hi), label="j: masked tokens times 2^j")
+    junk_X = np.array(inst.X)
+    junk_X[masked] = np.ldexp(inst.X[masked], j)  # (only the masked entries: they stay normal)
+    junk = Instance(junk_X, inst.Y, inst.v, inst.z, mask=inst.mask)
+    zero = Instance(inst.keys, inst.Y, inst.v, inst.z, mask=inst.mask)
+    Wu = data.draw(unit_points(inst.d), label="W_u")
+    pts = _pair(si, Wu)
+    W = Wu if pts is None else pts[0]  # logits of order one where representable
+    opts = {"samples": 4, "steps": 2, "starts": 1}
+
+    def calls(x: Instance) -> list[tuple[str, Any]]:
+        def bound() -> tuple[float, float, float]:
+            b = lipschitz_bound(x, kind=kind, radius=r, of=of)
+            return b.value, b.nominal, b.rounding_rtol
+
+        def estimate() -> tuple[float, bytes]:
+            e = lipschitz_estimate(x, kind=kind, radius=r, of=of, **opts)
+            return e.value, np.asarray(e.W).tobytes()
+
+        return [
+            _outcome(bound),
+            _outcome(lambda: jacobian_norm(x, W, kind=kind, of=of)),
+            _outcome(lambda: logit_norm(x)),
+            _outcome(estimate),
+        ]
+
+    assert calls(junk) == calls(zero)

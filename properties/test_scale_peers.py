@@ -260,8 +260,8 @@ def test_prompt_risk(case, data, loss):
     a, b, c, e = _prompt_tied(data, inst, W, p, True)
     sweep(
         f"prompt_risk[{loss}]",
-        lambda: P.prompt_risk(inst, W, p, loss),
-        lambda: P.prompt_risk(_inst(ld(inst.X, a), inst.Y, ld(inst.v, e)), ld(W, b), ld(p, c), loss),
+        lambda: P.prompt_risk(inst, W, p, loss=loss),
+        lambda: P.prompt_risk(_inst(ld(inst.X, a), inst.Y, ld(inst.v, e)), ld(W, b), ld(p, c), loss=loss),
         lambda r: [np.array([r])],
         [0],
     )
@@ -618,7 +618,7 @@ def test_run_mirror_descent(inst, p, data):
 def mt_cases(draw: Any) -> tuple[Instance, np.ndarray, np.ndarray]:
     inst = draw(FAMILIES)
     V = draw(heads(inst.d, k=(1, 3)))
-    W = draw(S.weight_matrices(inst.d, (1e-1, 1e1)))
+    W = draw(S.weight_matrices(inst.d, scale=(1e-1, 1e1)))
     return inst, W, V
 
 

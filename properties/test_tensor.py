@@ -140,7 +140,7 @@ def test_risk_from_vectorised_logits(pair: tuple[Instance, np.ndarray], loss: st
     amax = float(np.max(np.abs(inst.keys) @ np.abs(inst.v)))
     tol = DOT_ULPS * EPS * ((inst.d**2) * lam * 4 * inst.T * amax + (inst.T + inst.d) * (1 + amax) + abs(ref))
     tol += DOT_ULPS * inst.d**2 * TINY * _amp(inst.X, W, inst.z, inst.v)
-    assert abs(A.risk(inst, W, loss) - ref) <= tol
+    assert abs(A.risk(inst, W, loss=loss) - ref) <= tol
 
 
 @given(S.instances_and_alphas(with_ties), S.seeds())

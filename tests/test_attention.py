@@ -36,15 +36,15 @@ def test_logits_not_transposed(inst, W):
 def test_softmax_matches_naive_at_moderate_logits(inst, W):
     l = _naive_logits(inst, W)
     naive = np.exp(l) / np.exp(l).sum(axis=1, keepdims=True)
-    np.testing.assert_allclose(A.attention(inst, W, "softmax"), naive, rtol=0, atol=WEIGHT_ATOL)
+    np.testing.assert_allclose(A.attention(inst, W, kind="softmax"), naive, rtol=0, atol=WEIGHT_ATOL)
 
 
 def test_softmax_finite_and_exact_at_huge_logits(inst, W):
     big = 1e4 * W  # logits in the thousands: naive exp overflows
-    s = A.attention(inst, big, "softmax")
+    s = A.attention(inst, big, kind="softmax")
     assert np.all(np.isfinite(s))
     np.testing.assert_allclose(s.sum(axis=1), 1.0, atol=WEIGHT_ATOL)
-    log_s = A.log_attention(inst, big, "softmax")
+    log_s = A.log_attention(inst, big, kind="softmax")
     assert np.all(np.isfinite(log_s))  # log weights of −10⁴ are returned, not −inf
     l = A.logits(inst, big)
     # log s_it − log s_iu = l_it − l_iu exactly up to rounding of the logits
@@ -52,14 +52,16 @@ def test_softmax_finite_and_exact_at_huge_logits(inst, W):
 
 
 def test_linear_is_logits(inst, W):
-    np.testing.assert_array_equal(A.attention(inst, W, "linear"), A.logits(inst, W))
+    np.testing.assert_array_equal(A.attention(inst, W, kind="linear"), A.logits(inst, W))
 
 
 def test_normalized_linear_definition(inst, W):
     l = _naive_logits(inst, W)
     phi = np.where(l > 0, l + 1.0, np.exp(l))
     naive = phi / phi.sum(axis=1, keepdims=True)
-    np.testing.assert_allclose(A.attention(inst, W, "normalized_linear"), naive, rtol=0, atol=WEIGHT_ATOL)
+    np.testing.assert_allclose(
+        A.attention(inst, W, kind="normalized_linear"), naive, rtol=0, atol=WEIGHT_ATOL
+    )
 
 
 def test_normalized_linear_all_very_negative_logits():
@@ -68,25 +70,25 @@ def test_normalized_linear_all_very_negative_logits():
     X[0, :, 0] = [1000.0, 1001.0, 1002.0]
     inst = A.Instance(X, np.array([1.0]), np.array([1.0, 0.0]), z=np.array([[1.0, 0.0]]))
     W = -np.eye(2)
-    s = A.attention(inst, W, "normalized_linear")
+    s = A.attention(inst, W, kind="normalized_linear")
     expected = np.exp([0.0, -1.0, -2.0]) / np.exp([0.0, -1.0, -2.0]).sum()  # φ ratio = e^{l − l_max}
     np.testing.assert_allclose(s[0], expected, rtol=0, atol=WEIGHT_ATOL)
 
 
 def test_output_is_weighted_values(inst, W):
     for kind in A.KINDS:
-        s = A.attention(inst, W, kind)
+        s = A.attention(inst, W, kind=kind)
         f = np.array([s[i] @ (inst.X[i] @ inst.v) for i in range(inst.n)])
-        np.testing.assert_allclose(A.output(inst, W, kind), f, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(A.output(inst, W, kind=kind), f, rtol=1e-13, atol=1e-13)
 
 
 def test_bad_kind_and_weights(inst, W):
     with pytest.raises(UnknownNameError, match="'softmax', 'linear', 'normalized_linear'"):
-        A.attention(inst, W, "relu")
+        A.attention(inst, W, kind="relu")
     with pytest.raises(UnknownNameError):
-        A.output(inst, W, "Softmax")
+        A.output(inst, W, kind="Softmax")
     with pytest.raises(UnknownNameError, match="log_attention"):
-        A.log_attention(inst, W, "linear")
+        A.log_attention(inst, W, kind="linear")
     with pytest.raises(InvalidInstanceError, match="W must have shape"):
         A.attention(inst, W[:-1])
     with pytest.raises(InvalidInstanceError, match="W must be finite"):
@@ -97,7 +99,7 @@ def test_log_attention_of_linear_kind_lists_the_normalised_kinds(inst, W):
     """``linear`` weights have no logarithm: the refusal names the argument and lists exactly the
     two normalised kinds (documented message of :func:`attnsvm.errors.unknown_name`)."""
     with pytest.raises(UnknownNameError) as info:
-        A.log_attention(inst, W, "linear")
+        A.log_attention(inst, W, kind="linear")
     assert str(info.value) == (
         "unknown attention kind for log_attention 'linear'; expected one of 'softmax', 'normalized_linear'"
     )
@@ -168,7 +170,7 @@ def test_unknown_kind_message_names_the_argument_and_lists_the_kinds(inst, W):
     :func:`attnsvm.errors.unknown_name`: what was wrong, the value given, every valid kind."""
     for fn in (A.attention, A.output, A.log_attention):
         with pytest.raises(UnknownNameError) as info:
-            fn(inst, W, "relu")
+            fn(inst, W, kind="relu")
         assert str(info.value) == (
             "unknown attention kind 'relu'; expected one of 'softmax', 'linear', 'normalized_linear'"
         )
@@ -207,7 +209,7 @@ def test_one_overflowing_output_is_named_with_its_size(kind):
     inst = _one_sequence([[2.0**600], [2.0**600]], [2.0**500], [1.0])
     k = int(mpmath.nint(1100 * mpmath.log10(2)))
     with pytest.raises(NumericalError) as info:
-        A.output(inst, np.zeros((1, 1)), kind)
+        A.output(inst, np.zeros((1, 1)), kind=kind)
     assert str(info.value) == f"the outputs f_i = Σ_t s_it vᵀx_it is about 1e+{k}: it overflows {RANGE_TEXT}"
 
 
@@ -222,7 +224,7 @@ def test_output_below_the_range_is_refused_with_its_size_whatever_the_error_stat
     assert k == -467
     for state in ("warn", "raise"):
         with np.errstate(all=state), pytest.raises(NumericalError) as info:
-            A.output(inst, W, "linear")
+            A.output(inst, W, kind="linear")
         assert str(info.value) == (
             "the outputs f_i = Σ_t s_it vᵀx_it (the size Σ_t |s_it vᵀx_it| of a nonzero one) is about "
             f"1e{k}: it underflows {RANGE_TEXT}. Scale v or X up"
@@ -234,10 +236,10 @@ def test_output_at_the_smallest_normal_is_returned_and_below_it_refused():
     ``f = 2^−1022``, the smallest normal double (in range: returned exactly); with ``v = ½``,
     ``f = 2^−1023`` is subnormal and refused (oracle: exact powers of two)."""
     inst = _one_sequence([[2.0**-511], [0.0]], [1.0], [1.0])
-    assert A.output(inst, np.eye(1), "linear")[0] == 2.0**-1022
+    assert A.output(inst, np.eye(1), kind="linear")[0] == 2.0**-1022
     half = _one_sequence([[2.0**-511], [0.0]], [0.5], [1.0])
     with pytest.raises(NumericalError, match=r"is about 1e-308: it underflows"):
-        A.output(half, np.eye(1), "linear")
+        A.output(half, np.eye(1), kind="linear")
 
 
 def test_weight_far_below_the_range_still_counts_against_a_huge_value():
@@ -358,7 +360,7 @@ def test_saturated_weights_never_raise_a_floating_point_error_under_a_strict_err
     W = np.array([[-800.0]])
     with np.errstate(all="raise"):
         assert A.attention(inst, W).tolist() == [[1.0, 0.0]]
-        assert A.attention(inst, W, "normalized_linear").tolist() == [[1.0, 0.0]]
+        assert A.attention(inst, W, kind="normalized_linear").tolist() == [[1.0, 0.0]]
         assert A.log_attention(inst, W).tolist() == [[0.0, -800.0]]
         assert A.output(inst, W).tolist() == [1.0]
 

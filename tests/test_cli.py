@@ -231,7 +231,7 @@ def test_results_json_agrees_with_api(report: tuple[Path, dict, subprocess.Compl
     for r in fams["lipschitz"]["tables"]["weights"]:
         if r["instance"] == 0:
             for kind in ("softmax", "linear", "normalized_linear"):
-                assert r[f"bound_{kind}"] == float(lipschitz_bound(inst, kind, radius=r["radius"]))
+                assert r[f"bound_{kind}"] == float(lipschitz_bound(inst, kind=kind, radius=r["radius"]))
 
     # Convergence: the batched, segmented run against the single-instance engine. run_gd_batch
     # equals run_gd to 1e-8 relative (issue 4), so unit directions differ by ≤ ~2e-8 and the gap

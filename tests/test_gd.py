@@ -126,7 +126,7 @@ def test_plain_gd_equals_textbook_update(loss: str) -> None:
     W0 = np.random.default_rng(2).standard_normal((5, 5)) * 0.3
     W = W0.copy()
     for _ in range(25):
-        W = W - 0.05 * A.risk_grad(inst, W, loss)
+        W = W - 0.05 * A.risk_grad(inst, W, loss=loss)
     tr = run_gd(inst, 25, 0.05, normalized=False, loss=loss, W0=W0)
     assert _rel(tr.W, W) < RTOL_TEXTBOOK
 

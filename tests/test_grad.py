@@ -101,7 +101,7 @@ def torch_grad(inst, W, loss):
 def test_risk_matches_definition(inst, W, loss):
     f = A.output(inst, W)
     expected = np.mean(A.get_loss(loss).value(inst.Y * f))
-    assert A.risk(inst, W, loss) == pytest.approx(expected, rel=4 * EPS * inst.n)
+    assert A.risk(inst, W, loss=loss) == pytest.approx(expected, rel=4 * EPS * inst.n)
 
 
 @pytest.mark.parametrize("loss", ["logistic", "exponential", "correlation"])
@@ -109,7 +109,7 @@ def test_risk_matches_definition(inst, W, loss):
 def test_grad_matches_autograd_and_mp(loss, seed):
     inst = A.random_instance(3, 4, 5, seed=seed, family=["gaussian", "unit", "self_attention"][seed])
     W = np.random.default_rng(seed + 10).standard_normal((5, 5))
-    g = A.risk_grad(inst, W, loss)
+    g = A.risk_grad(inst, W, loss=loss)
     G, S = mp_gradient(inst, W, loss)
     # Both float64 evaluations sum O(T·d) rounded terms: |error| ≤ c·(T + 2d)·eps·S, c ≈ 4.
     tol = 4 * (inst.T + 2 * inst.d) * EPS * S + 4 * logit_error_bound(inst, W) * S
@@ -231,7 +231,7 @@ def test_bad_weights_and_loss(inst, W):
     with pytest.raises(InvalidInstanceError, match="finite"):
         A.risk(inst, np.full_like(W, np.nan))
     with pytest.raises(A.UnknownNameError, match="unknown loss"):
-        A.normalized_risk_grad(inst, W, "squared")
+        A.normalized_risk_grad(inst, W, loss="squared")
 
 
 def test_no_public_call_modifies_its_inputs(inst):
@@ -242,12 +242,12 @@ def test_no_public_call_modifies_its_inputs(inst):
     W_copy, alpha = W.copy(), np.array([0, 1, 2, 3])
     alpha_copy = alpha.copy()
     for kind in A.KINDS:
-        A.attention(mine, W, kind)
-        A.output(mine, W, kind)
+        A.attention(mine, W, kind=kind)
+        A.output(mine, W, kind=kind)
     for loss in A.LOSSES:
-        A.risk(mine, W, loss)
-        A.risk_grad(mine, W, loss)
-        A.normalized_risk_grad(mine, W, loss)
+        A.risk(mine, W, loss=loss)
+        A.risk_grad(mine, W, loss=loss)
+        A.normalized_risk_grad(mine, W, loss=loss)
     A.logits(mine, W)
     A.log_attention(mine, W)
     A.svm_rows(mine, alpha)
@@ -270,12 +270,12 @@ def test_cancellation_to_rounding_level_raises():
             np.concatenate([one.X, one.X]), np.array([1.0, -1.0]), one.v, np.concatenate([one.z, one.z])
         )
         if exact:  # the float64 sum cancels exactly: 0 is returned (documented; the truth is 0)
-            assert np.all(A.risk_grad(dup, np.zeros((1, 1)), "correlation") == 0.0)
+            assert np.all(A.risk_grad(dup, np.zeros((1, 1)), loss="correlation") == 0.0)
         else:
             with pytest.raises(NumericalError, match="undetermined in float64: .*cancel to rounding level"):
-                A.risk_grad(dup, np.zeros((1, 1)), "correlation")
+                A.risk_grad(dup, np.zeros((1, 1)), loss="correlation")
         with pytest.raises(NumericalError, match="cancel to rounding level"):
-            A.normalized_risk_grad(dup, np.zeros((1, 1)), "correlation")
+            A.normalized_risk_grad(dup, np.zeros((1, 1)), loss="correlation")
 
 
 # ---------------------------------------------------- refusals: what they name (pinned by mutation testing)
@@ -510,7 +510,7 @@ def test_subnormal_gradient_of_a_misclassified_point_is_refused(n, zq):
         log_ref = float(mpmath.log(mpmath.exp(24) * 4 * mpmath.mpf(zq)))
     assert log_ref < np.log(np.finfo(np.float64).tiny)  # the oracle's gradient is subnormal
     with pytest.raises(GradientRangeError, match="underflows") as info:
-        A.risk_grad(inst, np.zeros((1, 1)), "exponential")
+        A.risk_grad(inst, np.zeros((1, 1)), loss="exponential")
     assert info.value.log_norm == pytest.approx(log_ref, rel=16 * EPS)
 
 
@@ -537,13 +537,13 @@ def test_custom_loss_derivative_values_are_used_whatever_their_dtype():
     16·eps) as the same numbers returned as float64; float32 arithmetic on them would lose ~1e-8."""
     inst = A.random_instance(3, 3, 2, seed=1)
     W = np.full((2, 2), 0.3)
-    got = A.normalized_risk_grad(inst, W, _Float32DerivativeLogistic())
-    ref = A.normalized_risk_grad(inst, W, _SameValuesAsFloat64())
+    got = A.normalized_risk_grad(inst, W, loss=_Float32DerivativeLogistic())
+    ref = A.normalized_risk_grad(inst, W, loss=_SameValuesAsFloat64())
     np.testing.assert_allclose(got.direction, ref.direction, rtol=0.0, atol=16 * EPS)
     assert got.log_norm == pytest.approx(ref.log_norm, abs=16 * EPS)
     np.testing.assert_allclose(
-        A.risk_grad(inst, W, _Float32DerivativeLogistic()),
-        A.risk_grad(inst, W, _SameValuesAsFloat64()),
+        A.risk_grad(inst, W, loss=_Float32DerivativeLogistic()),
+        A.risk_grad(inst, W, loss=_SameValuesAsFloat64()),
         rtol=16 * EPS,
         atol=0.0,
     )
@@ -565,7 +565,7 @@ def test_near_cancellation_is_judged_against_each_tokens_own_size():
     Y = np.ones(n)
     Y[1] = -1.0
     inst = A.Instance(X, Y, np.array([1.0, 0.0]), z)
-    D = A.normalized_risk_grad(inst, np.zeros((2, 2)), "correlation")
+    D = A.normalized_risk_grad(inst, np.zeros((2, 2)), loss="correlation")
     norm = 2.0**-k * np.sqrt(2.0) / (4 * n)
     tol = n * 2 * (2 + 2) * EPS * (1.0 / n) / norm  # documented: nT(d+T)·eps·Σ|w||x||z| / ||∇L||
     np.testing.assert_allclose(
@@ -577,7 +577,7 @@ def test_near_cancellation_is_judged_against_each_tokens_own_size():
     z[1, 0] = 1.0 + 2.0**-42
     inst = A.Instance(X, Y, np.array([1.0, 0.0]), z)
     with pytest.raises(NumericalError, match="cancel to rounding level"):
-        A.normalized_risk_grad(inst, np.zeros((2, 2)), "correlation")
+        A.normalized_risk_grad(inst, np.zeros((2, 2)), loss="correlation")
 
 
 def test_each_sequence_is_judged_by_its_own_value_size():
@@ -606,7 +606,7 @@ def test_undetermined_output_is_refused_under_the_exponential_loss_beside_a_dete
         with pytest.raises(
             NumericalError, match=r"^the output f_0 = Σ_t s_it vᵀx_it is known only to ±4\.92e\+04 "
         ):
-            fn(inst, np.array([[2.0**-56]]), "exponential")
+            fn(inst, np.array([[2.0**-56]]), loss="exponential")
 
 
 def test_subnormal_gradient_with_a_huge_loss_derivative_is_refused():
@@ -636,7 +636,7 @@ def test_subnormal_gradient_with_a_huge_loss_derivative_is_refused():
         log_ref = float(mpmath.log(abs(g)))
     assert log_ref < np.log(np.finfo(np.float64).tiny)  # the oracle's gradient is subnormal
     with pytest.raises(GradientRangeError, match="underflows") as info:
-        A.risk_grad(inst, np.array([[w]]), "exponential")
+        A.risk_grad(inst, np.array([[w]]), loss="exponential")
     assert info.value.log_norm == pytest.approx(log_ref, rel=64 * EPS)
 
 
@@ -707,7 +707,7 @@ def test_overflowing_logit_gap_with_a_huge_loss_derivative_is_undetermined() -> 
     )
     for fn in (A.risk_grad, A.normalized_risk_grad):
         with pytest.raises(NumericalError) as ei:
-            fn(inst, np.array([[1e308]]), "exponential")
+            fn(inst, np.array([[1e308]]), loss="exponential")
         assert str(ei.value) == msg
         assert not isinstance(ei.value, A.model._grad.GradientRangeError)
 

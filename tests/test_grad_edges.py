@@ -102,7 +102,7 @@ def test_risk_grad_is_accurate_when_a_weight_is_subnormal(case: str) -> None:
     """
     inst, W = _UNDERFLOW_CASES[case]
     exact = mp_grad(inst, W, "correlation")
-    G = A.risk_grad(inst, W, "correlation")
+    G = A.risk_grad(inst, W, loss="correlation")
     assert float(np.max(np.abs(G))) >= FLOAT_TINY  # normal: returned, not refused
     assert _rel_err(G, exact) <= GRAD_RTOL
 
@@ -126,9 +126,9 @@ def test_values_rounding_level_is_refused_not_returned() -> None:
     true_gap = exact[0] - exact[1]
     assert abs(Fraction(float(rounded[0] - rounded[1])) - true_gap) / true_gap >= Fraction(1, 4)
     with pytest.raises(NumericalError, match="rounding level"):
-        A.risk_grad(inst, W, "correlation")
+        A.risk_grad(inst, W, loss="correlation")
     with pytest.raises(NumericalError, match="rounding level"):
-        A.normalized_risk_grad(inst, W, "correlation")
+        A.normalized_risk_grad(inst, W, loss="correlation")
 
 
 def test_undetermined_loss_derivative_is_refused_with_more_features_than_tokens() -> None:
@@ -144,7 +144,7 @@ def test_undetermined_loss_derivative_is_refused_with_more_features_than_tokens(
     W = np.zeros((3, 3))
     for fn in (A.risk_grad, A.normalized_risk_grad):
         with pytest.raises(NumericalError, match=r"f_0 .* known only to ±10 .*undetermined"):
-            fn(inst, W, "logistic")
+            fn(inst, W, loss="logistic")
 
 
 def test_distinct_tokens_with_equal_values_give_an_exact_zero_gradient() -> None:
@@ -205,4 +205,4 @@ def test_gradient_at_the_sums_rounding_level_is_refused() -> None:
     assert g2 <= level**2  # the documented refusal condition holds (exactly)
     assert 4 * g2 >= level**2 / 64  # ... and not by a wide margin: it is the sum's term that decides
     with pytest.raises(NumericalError, match="rounding level"):
-        A.risk_grad(inst, np.zeros((2, 2)), "correlation")
+        A.risk_grad(inst, np.zeros((2, 2)), loss="correlation")

@@ -104,7 +104,7 @@ def test_risk_near_float_max_is_the_mean_not_an_overflow() -> None:
     X = np.array([[[-u0], [-u0]], [[10.0], [10.0]], [[3.0], [3.0]], [[1.0], [1.0]]])  # two equal tokens
     inst = A.Instance(X, np.ones(4), np.array([1.0]), np.array([[1.0]] * 4))
     W = np.zeros((1, 1))
-    got = A.risk(inst, W, "exponential")
+    got = A.risk(inst, W, loss="exponential")
     want = mp_risk(inst, W, "exponential")
     assert abs(mpmath.mpf(got) - want) <= RISK_RTOL * abs(want)
 
@@ -128,7 +128,7 @@ def test_risk_grad_with_overflowing_derivative_and_tiny_data_is_exact() -> None:
     z = np.array([[2.0**-1000, 2.0**-1000]])
     inst = A.Instance(X, np.ones(1), v, z)
     W = np.zeros((2, 2))
-    got = A.risk_grad(inst, W, "exponential")
+    got = A.risk_grad(inst, W, loss="exponential")
     want = mp_grad(inst, W, "exponential")
     err = mpmath.sqrt(
         mpmath.fsum((mpmath.mpf(float(got[j, k])) - want[j, k]) ** 2 for j in range(2) for k in range(2))
@@ -237,7 +237,7 @@ def test_risk_grad_just_above_the_rounding_level_is_returned_accurately() -> Non
     m_tilde, ve = mp_magnitudes(inst, W, "logistic")
     assert norm > 1.05 * CANCELLATION_FACTOR * (n * T * EPS * m_tilde + ve)  # M = M̃ here (two tokens)
     assert norm < 0.95 * CANCELLATION_FACTOR * (T * T * EPS * m_tilde + ve)  # the regime: near the level
-    got = A.risk_grad(inst, W, "logistic")
+    got = A.risk_grad(inst, W, loss="logistic")
     err = mpmath.sqrt(
         mpmath.fsum((mpmath.mpf(float(got[j, k])) - want[j, k]) ** 2 for j in range(d) for k in range(d))
     )
@@ -259,7 +259,7 @@ def test_normalized_direction_just_above_the_rounding_level_is_returned_accurate
     norm = mpmath.mnorm(want, "f")
     m_tilde, ve = mp_magnitudes(inst, W, "logistic")
     rel = ((n * T + T + d) * EPS * m_tilde + ve) / norm
-    got = A.normalized_risk_grad(inst, W, "logistic")
+    got = A.normalized_risk_grad(inst, W, loss="logistic")
     err = mpmath.sqrt(
         mpmath.fsum(
             (mpmath.mpf(float(got.direction[j, k])) - want[j, k] / norm) ** 2
@@ -295,4 +295,4 @@ def test_normalized_direction_refuses_just_below_the_rounding_level_of_two_seque
     level = CANCELLATION_FACTOR * (n * T * EPS * m_tilde + ve)
     assert 0.9 * level < norm < 0.95 * level  # just below the level (VE is 2/3 of it)
     with pytest.raises(NumericalError, match="rounding level"):
-        A.normalized_risk_grad(inst, W, "logistic")
+        A.normalized_risk_grad(inst, W, loss="logistic")

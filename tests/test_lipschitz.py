@@ -71,7 +71,7 @@ def pair_atol(inst: A.Instance, W: np.ndarray, of: str) -> float:
 
 
 def evaluate(inst: A.Instance, W: np.ndarray, kind: str, of: str) -> np.ndarray:
-    return A.attention(inst, W, kind).ravel() if of == "weights" else A.output(inst, W, kind)
+    return A.attention(inst, W, kind=kind).ravel() if of == "weights" else A.output(inst, W, kind=kind)
 
 
 def in_ball(rng: np.random.Generator, d: int, R: float, scale: float | None = None) -> np.ndarray:
@@ -109,15 +109,15 @@ def test_logit_gram_equals_explicit_kronecker_rows(family: str) -> None:
 @pytest.mark.parametrize("of", OFS)
 def test_linear_estimate_equals_bound_up_to_rounding(family: str, of: str) -> None:
     inst = A.random_instance(3, 4, 5, seed=5, family=family)
-    b = lipschitz_bound(inst, "linear", radius=2.0, of=of)
-    e = lipschitz_estimate(inst, "linear", radius=2.0, of=of, **FAST)
+    b = lipschitz_bound(inst, kind="linear", radius=2.0, of=of)
+    e = lipschitz_estimate(inst, kind="linear", radius=2.0, of=of, **FAST)
     # Two backward-stable computations of one singular value: the Gram eigenvalue (error
     # ≤ c·nT·eps relative, halved by the root) and the SVD of the autograd Jacobian (est_rtol).
     tol = est_rtol(inst) + bound_rounding_rtol(inst)
     assert abs(e.value - b.nominal) <= tol * b.nominal
     assert e.value <= b.value * (1 + est_rtol(inst))
     # radius-independent
-    assert float(lipschitz_bound(inst, "linear", radius=1e3, of=of)) == b.value
+    assert float(lipschitz_bound(inst, kind="linear", radius=1e3, of=of)) == b.value
 
 
 # ----------------------------------------------------------------------------- soundness
@@ -143,8 +143,8 @@ def test_bounds_sound_on_sampled_pairs_and_estimates(
     for R in RADII:
         for of in OFS:
             for kind in KINDS:
-                b = lipschitz_bound(inst, kind, radius=R, of=of)
-                e = lipschitz_estimate(inst, kind, radius=R, of=of, seed=seed, **FAST)
+                b = lipschitz_bound(inst, kind=kind, radius=R, of=of)
+                e = lipschitz_estimate(inst, kind=kind, radius=R, of=of, seed=seed, **FAST)
                 assert np.linalg.norm(e.W) <= R * (1 + 4 * EPS)
                 assert e.value <= b.value * (1 + est_rtol(inst)), (kind, of, R, e.value, b.value)
                 centres = [e.W] + [in_ball(rng, inst.d, R) for _ in range(3)]
@@ -162,13 +162,13 @@ def test_bounds_sound_on_sampled_pairs_and_estimates(
 def test_estimate_value_is_attained_at_its_point() -> None:
     inst = A.random_instance(2, 3, 3, seed=8, family="gaussian")
     for kind in KINDS:
-        e = lipschitz_estimate(inst, kind, radius=3.0, **FAST)
+        e = lipschitz_estimate(inst, kind=kind, radius=3.0, **FAST)
 
         def F(w: np.ndarray, kind: str = kind) -> np.ndarray:
             return evaluate(inst, w.reshape(3, 3), kind, "weights")
 
         assert isinstance(e, LipschitzEstimate) and float(e) == e.value
-        assert jacobian_norm(inst, e.W, kind) == e.value
+        assert jacobian_norm(inst, e.W, kind=kind) == e.value
         # the factorised search value (λ_max(D G Dᵀ)^½) and the full Jacobian SVD agree
         assert abs(e.search_value - e.value) <= (est_rtol(inst) + bound_rounding_rtol(inst)) * e.value
         # an independent Jacobian by central differences of the numpy attention: error
@@ -185,8 +185,8 @@ def test_estimate_value_is_attained_at_its_point() -> None:
 
 def test_estimate_is_deterministic_for_a_seed() -> None:
     inst = A.random_instance(2, 3, 3, seed=9, family="unit")
-    e1 = lipschitz_estimate(inst, "softmax", radius=5.0, seed=3, **FAST)
-    e2 = lipschitz_estimate(inst, "softmax", radius=5.0, seed=3, **FAST)
+    e1 = lipschitz_estimate(inst, kind="softmax", radius=5.0, seed=3, **FAST)
+    e2 = lipschitz_estimate(inst, kind="softmax", radius=5.0, seed=3, **FAST)
     assert e1.value == e2.value and np.array_equal(e1.W, e2.W)
 
 
@@ -200,17 +200,17 @@ def test_normalised_kinds_weights_bound_at_most_half_linear(family: str) -> None
     ``test_attained_weights_constant_at_most_half_linear_svd``."""
     for seed in range(4):
         inst = A.random_instance(3, 4, 3, seed=seed, family=family)
-        lin = lipschitz_bound(inst, "linear", of="weights")
+        lin = lipschitz_bound(inst, kind="linear", of="weights")
         for R in (1e-3, 0.5, 1.0, 10.0, 1e6):
             for kind in ("softmax", "normalized_linear"):
-                b = lipschitz_bound(inst, kind, radius=R, of="weights")
+                b = lipschitz_bound(inst, kind=kind, radius=R, of="weights")
                 assert isinstance(b, LipschitzBound)
                 # exact in floating point: the cap ½||L|| is one of the candidates, and the
                 # rounding allowance depends on the instance's sizes only
                 assert b.value <= 0.5 * lin.value
                 assert b.jacobian_factor <= 0.5 and b.logit_norm == lin.logit_norm
             # on large balls the cap is what certifies: the radius bound p_i → 1
-        big = lipschitz_bound(inst, "softmax", radius=1e6)
+        big = lipschitz_bound(inst, kind="softmax", radius=1e6)
         assert big.value == 0.5 * lin.value
 
 
@@ -244,7 +244,7 @@ def test_attained_weights_constant_at_most_half_linear_svd(family: str, kind: st
         rows = np.array([np.kron(inst.z[i], inst.X[i, t]) for i in range(inst.n) for t in range(inst.T)])
         lin = float(np.linalg.svd(rows, compute_uv=False)[0])
         for R in (0.5, 3.0, 30.0):
-            e = lipschitz_estimate(inst, kind, radius=R, seed=seed, **FAST)
+            e = lipschitz_estimate(inst, kind=kind, radius=R, seed=seed, **FAST)
             points = [e.W, np.zeros((3, 3))] + [in_ball(rng, 3, R) for _ in range(3)]
             for W in points:
                 attained = float(np.linalg.svd(_explicit_jacobian(inst, kind, W), compute_uv=False)[0])
@@ -257,10 +257,10 @@ def test_attained_weights_constant_at_most_half_linear_svd(family: str, kind: st
 def test_small_radius_bound_tends_to_uniform_jacobian() -> None:
     """At ``R → 0`` the weights are uniform, ``||diag(s) − ssᵀ|| = 1/T``; the bound's factor → 1/T."""
     inst = A.random_instance(2, 5, 3, seed=1)
-    b = lipschitz_bound(inst, "softmax", radius=1e-9)
+    b = lipschitz_bound(inst, kind="softmax", radius=1e-9)
     # p_i = 1/(1 + Σ e^{−Rδ}) = 1/T + O(R·max δ); with R = 1e-9 and δ = O(10) the excess is ≤ 1e-7.
     assert abs(b.jacobian_factor - 1 / inst.T) <= 1e-7
-    e = lipschitz_estimate(inst, "softmax", radius=1e-9, **FAST)
+    e = lipschitz_estimate(inst, kind="softmax", radius=1e-9, **FAST)
     # the attained value is ||blockdiag((1/T)(I − 11ᵀ/T)) 𝓛|| ≤ (1/T)||𝓛|| ≈ the bound
     assert e.value <= b.value * (1 + est_rtol(inst))
     assert b.value <= (1 / inst.T) * (1 + 1e-6) * b.logit_norm
@@ -282,7 +282,7 @@ def test_max_weight_bound_sound_and_attained() -> None:
         zz = inst.z[0]
         dx = x1 - x2
         W = R * np.outer(dx, zz) / (np.linalg.norm(dx) * np.linalg.norm(zz))
-        s1 = A.attention(inst, W, "softmax")[0, 0]
+        s1 = A.attention(inst, W, kind="softmax")[0, 0]
         p = _max_weight_bound(inst, "softmax", R)[0]
         assert abs(p - s1) <= SIGMOID_RTOL
     anti = _two_token((1.0, 0.5), (-2.0, -1.0), z=(0.7, -0.2))
@@ -290,7 +290,7 @@ def test_max_weight_bound_sound_and_attained() -> None:
         x1 = anti.X[0, 0]
         zz = anti.z[0]
         W = R * np.outer(x1, zz) / (np.linalg.norm(x1) * np.linalg.norm(zz))
-        s1 = A.attention(anti, W, "normalized_linear")[0, 0]
+        s1 = A.attention(anti, W, kind="normalized_linear")[0, 0]
         p = _max_weight_bound(anti, "normalized_linear", R)[0]
         assert abs(p - s1) <= SIGMOID_RTOL
     rng = np.random.default_rng(4)
@@ -302,7 +302,7 @@ def test_max_weight_bound_sound_and_attained() -> None:
                 for _ in range(50):
                     W = in_ball(rng, 3, R)
                     W = W * (R / np.linalg.norm(W))  # the sphere: the largest logits
-                    assert np.all(A.attention(big, W, kind).max(axis=1) <= p * (1 + SIGMOID_RTOL))
+                    assert np.all(A.attention(big, W, kind=kind).max(axis=1) <= p * (1 + SIGMOID_RTOL))
 
 
 # ----------------------------------------------------------------------------- Jacobian factors
@@ -400,20 +400,20 @@ def test_counterexample_softmax_output_less_stable_than_linear_output() -> None:
     """
     for eps_ in (0.1, 0.01):
         inst = _two_token((eps_, 0.0), (0.0, 1.0))
-        lin = lipschitz_bound(inst, "linear", of="output")  # exact norm
+        lin = lipschitz_bound(inst, kind="linear", of="output")  # exact norm
         assert abs(lin.nominal - eps_**2) <= 8 * EPS * eps_**2
         closed = eps_ / 4 * math.sqrt(1 + eps_**2)
-        at_zero = jacobian_norm(inst, np.zeros((2, 2)), "softmax", "output")
+        at_zero = jacobian_norm(inst, np.zeros((2, 2)), kind="softmax", of="output")
         assert abs(at_zero - closed) <= 8 * EPS * closed
         for R in (1e-3, 1.0, 1e3):
-            est = lipschitz_estimate(inst, "softmax", radius=R, of="output", **FAST)
+            est = lipschitz_estimate(inst, kind="softmax", radius=R, of="output", **FAST)
             assert est.value >= at_zero  # the origin is a candidate
             assert est.value <= closed * (1 + est_rtol(inst))  # the closed form is the supremum
             assert est.value > lin.value  # the ordering fails, on every ball
         assert closed / lin.nominal >= 1 / (4 * eps_)
     # The boundary of the condition: ε = 1/√15 gives equality; ε = 0.3 (> 1/√15) keeps the ordering.
     inst = _two_token((0.3, 0.0), (0.0, 1.0))
-    assert 0.3 / 4 * math.sqrt(1 + 0.09) < lipschitz_bound(inst, "linear", of="output").nominal
+    assert 0.3 / 4 * math.sqrt(1 + 0.09) < lipschitz_bound(inst, kind="linear", of="output").nominal
 
 
 def test_counterexample_normalized_linear_weights_less_stable_than_softmax() -> None:
@@ -435,20 +435,20 @@ def test_counterexample_normalized_linear_weights_less_stable_than_softmax() -> 
     exact_softmax = math.sqrt(2) / 4 * delta
     R = 2 / delta
     W = np.array([[0.0, 0.0], [R, 0.0]])
-    nl_at_W = jacobian_norm(inst, W, "normalized_linear")
+    nl_at_W = jacobian_norm(inst, W, kind="normalized_linear")
     closed = math.sqrt(2) * 3 / 16 * math.hypot(2 / 3, delta / 3)
     assert abs(nl_at_W - closed) <= 64 * EPS
     assert nl_at_W > 4 * exact_softmax
-    e_sm = lipschitz_estimate(inst, "softmax", radius=R, **FAST)
+    e_sm = lipschitz_estimate(inst, kind="softmax", radius=R, **FAST)
     assert e_sm.value <= exact_softmax * (1 + est_rtol(inst))  # the closed form is the supremum
-    assert abs(jacobian_norm(inst, np.zeros((2, 2)), "softmax") - exact_softmax) <= 8 * EPS
+    assert abs(jacobian_norm(inst, np.zeros((2, 2)), kind="softmax") - exact_softmax) <= 8 * EPS
     # the default search (not FAST) finds a point nearly as good as the pinned one by itself
-    e_nl = lipschitz_estimate(inst, "normalized_linear", radius=R)
+    e_nl = lipschitz_estimate(inst, kind="normalized_linear", radius=R)
     assert e_nl.value > 4 * e_sm.value
     # the certified bounds cannot see the difference: both are ½||𝓛|| on this ball
     assert (
-        lipschitz_bound(inst, "softmax", radius=R).value
-        == lipschitz_bound(inst, "normalized_linear", radius=R).value
+        lipschitz_bound(inst, kind="softmax", radius=R).value
+        == lipschitz_bound(inst, kind="normalized_linear", radius=R).value
     )
 
 
@@ -457,8 +457,8 @@ def test_softmax_and_normalized_linear_agree_at_origin() -> None:
         inst = A.random_instance(2, 4, 3, seed=seed)
         Z = np.zeros((3, 3))
         for of in OFS:
-            a = jacobian_norm(inst, Z, "softmax", of)
-            b = jacobian_norm(inst, Z, "normalized_linear", of)
+            a = jacobian_norm(inst, Z, kind="softmax", of=of)
+            b = jacobian_norm(inst, Z, kind="normalized_linear", of=of)
             assert abs(a - b) <= est_rtol(inst) * max(a, b)
 
 
@@ -488,9 +488,9 @@ def test_compare_lipschitz_rows() -> None:
 def test_bad_radius(radius: object) -> None:
     inst = A.random_instance(1, 2, 2)
     with pytest.raises(AttnSVMError, match="radius"):
-        lipschitz_bound(inst, "softmax", radius=radius)  # type: ignore[arg-type]
+        lipschitz_bound(inst, kind="softmax", radius=radius)  # type: ignore[arg-type]
     with pytest.raises(AttnSVMError, match="radius"):
-        lipschitz_estimate(inst, "softmax", radius=radius)  # type: ignore[arg-type]
+        lipschitz_estimate(inst, kind="softmax", radius=radius)  # type: ignore[arg-type]
     with pytest.raises(AttnSVMError, match="radius"):
         compare_lipschitz([inst], [radius])  # type: ignore[list-item]
 
@@ -499,11 +499,11 @@ def test_bad_names() -> None:
     inst = A.random_instance(1, 2, 2)
     for fn in (lipschitz_bound, lipschitz_estimate):
         with pytest.raises(UnknownNameError, match="attention kind"):
-            fn(inst, "relu")
+            fn(inst, kind="relu")
         with pytest.raises(UnknownNameError, match="'weights', 'output'"):
-            fn(inst, "softmax", of="logits")
+            fn(inst, kind="softmax", of="logits")
         with pytest.raises(AttnSVMError, match="only .* wrt='W'"):
-            fn(inst, "softmax", wrt="X")
+            fn(inst, kind="softmax", wrt="X")
     with pytest.raises(UnknownNameError):
         compare_lipschitz([inst], [1.0], of="gradient")
     with pytest.raises(AttnSVMError, match="Instance"):
@@ -532,16 +532,16 @@ def test_overflowing_radius_raises_not_nan() -> None:
     W = np.full((2, 2), 1e308)  # logits ≈ 4e310: inf in float64
     for kind in ("softmax", "normalized_linear"):
         with pytest.raises(NumericalError, match="not finite"):
-            jacobian_norm(inst, W, kind)
+            jacobian_norm(inst, W, kind=kind)
     # the linear Jacobian does not depend on W: still exact there
-    lin = jacobian_norm(inst, W, "linear")
+    lin = jacobian_norm(inst, W, kind="linear")
     assert abs(lin - logit_norm(inst)) <= est_rtol(inst) * lin
     # saturated but finite logits (≈ 1e307): the true Jacobian is positive (its size is e^{-1e307}),
     # far below the float64 resolution of the autograd Jacobian; a 0 would be a silent wrong answer,
     # so the scale contract asks for an error that names the cause
     with pytest.raises(NumericalError, match="below the rounding level.*saturated"):
-        jacobian_norm(A.random_instance(1, 2, 2, seed=0), np.full((2, 2), 1e308), "softmax")
-    b = lipschitz_bound(inst, "softmax", radius=1e300)
+        jacobian_norm(A.random_instance(1, 2, 2, seed=0), np.full((2, 2), 1e308), kind="softmax")
+    b = lipschitz_bound(inst, kind="softmax", radius=1e300)
     assert math.isfinite(b.value)
 
 
@@ -557,14 +557,14 @@ def test_linear_bounds_homogeneous_at_extreme_scales(c):
     inst = A.random_instance(2, 3, 4, seed=5)
     big = A.Instance(c * inst.X, inst.Y, inst.v, inst.z)
     for of, power in (("weights", 1), ("output", 2)):
-        ref = float(lipschitz_bound(inst, "linear", radius=1.0, of=of))
+        ref = float(lipschitz_bound(inst, kind="linear", radius=1.0, of=of))
         log_expected = power * math.log(c) + math.log(ref)
         if log_expected > math.log(np.finfo(np.float64).tiny):
-            got = float(lipschitz_bound(big, "linear", radius=1.0, of=of))
+            got = float(lipschitz_bound(big, kind="linear", radius=1.0, of=of))
             assert got == pytest.approx(c**power * ref, rel=1e-13)
         else:
             with pytest.raises(NumericalError, match="underflows float64's normal range"):
-                lipschitz_bound(big, "linear", radius=1.0, of=of)
+                lipschitz_bound(big, kind="linear", radius=1.0, of=of)
 
 
 # ============================================================================= pinned by mutation testing
@@ -662,7 +662,7 @@ def test_compare_lipschitz_passes_the_search_settings_and_defaults() -> None:
     R = 3.0
 
     def est(**kw: int) -> float:
-        return lipschitz_estimate(inst, "softmax", radius=R, **kw).value
+        return lipschitz_estimate(inst, kind="softmax", radius=R, **kw).value
 
     (row,) = compare_lipschitz([inst], [R], seed=1, samples=5, steps=3)
     assert row["estimate_softmax"] == est(seed=1, samples=5, steps=3)
@@ -675,9 +675,11 @@ def test_compare_lipschitz_passes_the_search_settings_and_defaults() -> None:
 
 def test_compare_lipschitz_non_instance_message() -> None:
     inst = A.random_instance(1, 2, 2)
-    with pytest.raises(AttnSVMError) as exc:
+    with pytest.raises(InvalidInstanceError) as exc:
         compare_lipschitz([inst, inst.X], [1.0])  # type: ignore[list-item]
-    assert str(exc.value) == "instances[1] must be an attnsvm.Instance; got ndarray"
+    assert str(exc.value) == (
+        "instances[1] must be an attnsvm.Instance; got ndarray (build one with attnsvm.Instance(X, Y, v, z))"
+    )
 
 
 # ----------------------------------------------------------------------------- logit norm and Gram
@@ -715,7 +717,7 @@ def test_jacobian_norm_overflowing_logits_message() -> None:
     remedy."""
     inst = A.Instance(np.array([[[3.0, -1.0], [0.5, 2.0]]]), [1.0], [1.0, 0.5], [[-3.0, 1.0]])
     with pytest.raises(NumericalError) as exc:
-        jacobian_norm(inst, np.full((2, 2), 1e308), "softmax", "output")
+        jacobian_norm(inst, np.full((2, 2), 1e308), kind="softmax", of="output")
     assert str(exc.value) == (
         "the softmax output Jacobian is not finite: the largest entry of W on the data's scale, "
         f"W·max|x|·max|z| (the logits' size), is about 1e+309: it overflows {RANGE_TEXT}. "
@@ -731,7 +733,7 @@ def test_jacobian_norm_out_of_range_message() -> None:
     hand = math.sqrt(2.0) / 4.0 * np.linalg.norm(base.z[0]) * np.linalg.norm(base.X[0, 0] - base.X[0, 1])
     k = round(math.log10(hand) + 1200 * math.log10(2.0))
     with pytest.raises(NumericalError) as exc:
-        jacobian_norm(scaled(base, 600, 600, 0), np.zeros((2, 2)), "softmax")
+        jacobian_norm(scaled(base, 600, 600, 0), np.zeros((2, 2)), kind="softmax")
     assert str(exc.value) == (
         f"the softmax weights Jacobian norm ||J(W)||_2 is about 1e{k:+d}: it overflows {RANGE_TEXT}. "
         "Rescale X, z or v by a power of two"
@@ -748,7 +750,7 @@ def test_jacobian_norm_exactly_zero_where_each_sequence_has_zero_tokens_or_zero_
     X = np.zeros((2, 2, 2))
     X[1] = [[1.0, 2.0], [-1.0, 0.5]]
     inst = A.Instance(X, [1.0, -1.0], [1.0, 0.5], np.array([[1.0, -2.0], [0.0, 0.0]]))
-    assert jacobian_norm(inst, np.ones((2, 2)), kind, of) == 0.0
+    assert jacobian_norm(inst, np.ones((2, 2)), kind=kind, of=of) == 0.0
 
 
 def test_linear_output_jacobian_with_cancelling_values_raises_not_zero() -> None:
@@ -761,7 +763,7 @@ def test_linear_output_jacobian_with_cancelling_values_raises_not_zero() -> None
     assert Fraction(x[0]) * Fraction(v[0]) + Fraction(x[1]) * Fraction(v[1]) == Fraction(1, 2**55)
     inst = A.Instance(np.array([[x, x]]), [1.0], np.array(v), np.array([[1.0, 0.0]]))
     with pytest.raises(NumericalError, match="below the rounding level"):
-        jacobian_norm(inst, np.ones((2, 2)), "linear", "output")
+        jacobian_norm(inst, np.ones((2, 2)), kind="linear", of="output")
 
 
 #: Rounding of a computed bound against its exact formula, in ulps: ``λ_max`` of the rank-one Gram
@@ -781,7 +783,7 @@ def test_softmax_bound_of_equal_tokens_exceeds_exact_by_its_documented_allowance
     import mpmath
 
     inst = A.Instance(np.ones((1, 3, d)), [1.0], np.ones(d), np.eye(d)[:1])
-    b = lipschitz_bound(inst, "softmax", radius=1.0)
+    b = lipschitz_bound(inst, kind="softmax", radius=1.0)
     with mpmath.workdps(40):
         allowance = 2 * (2 * d + 3 + 16) * mpmath.mpf(EPS) * (1 + mpmath.log(2))
         exact = mpmath.sqrt(3 * d) / 3 * (1 + mpmath.mpf(bound_rounding_rtol(inst))) * mpmath.exp(allowance)
@@ -799,10 +801,10 @@ def test_kappa_of_a_sequence_does_not_depend_on_the_other_sequences(seed: int, k
     X = rng.standard_normal((2, 3, 2)) * np.array([0.05, 0.3])[:, None, None]
     z = rng.standard_normal((2, 2))
     inst = A.Instance(X, [1.0, 1.0], [1.0, 1.0], z)
-    both = lipschitz_bound(inst, kind, radius=1.0, of=of).log_kappa
+    both = lipschitz_bound(inst, kind=kind, radius=1.0, of=of).log_kappa
     for i in range(2):
         alone = A.Instance(X[i : i + 1], [1.0], [1.0, 1.0], z[i : i + 1])
-        assert both[i] == lipschitz_bound(alone, kind, radius=1.0, of=of).log_kappa[0]
+        assert both[i] == lipschitz_bound(alone, kind=kind, radius=1.0, of=of).log_kappa[0]
 
 
 def test_softmax_max_weight_bound_attained_by_collinear_tokens() -> None:
@@ -814,7 +816,7 @@ def test_softmax_max_weight_bound_attained_by_collinear_tokens() -> None:
 
     e, R = 2.0**-4, 1.6
     inst = A.Instance(np.array([[[0.0], [e], [3 * e]]]), [1.0], [1.0], [[1.0]])
-    b = lipschitz_bound(inst, "softmax", radius=R)
+    b = lipschitz_bound(inst, kind="softmax", radius=R)
     with mpmath.workdps(40):
         a = mpmath.mpf(R * e)
         p = 1 / (1 + mpmath.exp(-2 * a) + mpmath.exp(-3 * a))
@@ -831,7 +833,7 @@ def test_zero_output_bound_reports_the_first_candidate(kind: str) -> None:
     """``z = 0``: both candidates are exactly 0 (every ``L_i = 0``) and the tie goes to the first, the cap
     ``max_i κ_i ||𝓛||₂``, whatever the size of ``κ`` (here ``> 1``: large values ``v``)."""
     zz = A.Instance(np.arange(6.0).reshape(1, 3, 2), [1.0], [8.0, 3.0], [[0.0, 0.0]])
-    b = lipschitz_bound(zz, kind, radius=1.0, of="output")
+    b = lipschitz_bound(zz, kind=kind, radius=1.0, of="output")
     assert b.value == 0.0 and b.kappa[0] > 1.0
     assert b.formula == "max_i kappa_i ||L||_2"
 
@@ -849,7 +851,7 @@ def test_bound_candidate_names() -> None:
         ("normalized_linear", "output"): {"max_i kappa_i ||L||_2", "||K L||_2"},
     }
     for (kind, of), expected in names.items():
-        b = lipschitz_bound(inst, kind, radius=1.0, of=of)
+        b = lipschitz_bound(inst, kind=kind, radius=1.0, of=of)
         assert set(b.candidates) == expected and b.formula in expected
         assert set(b.log_candidates) == expected
 
@@ -861,7 +863,7 @@ def test_weights_candidates_half_cap_and_kron_within_it(kind: str, R: float) -> 
     ``||K 𝓛||₂ ≤ ½ ||𝓛||₂`` because every ``κ_i ≤ ½`` (equal where every sequence is capped, at large
     ``R``), up to the Gram eigenvalue's rounding (``rounding_rtol``)."""
     inst = A.random_instance(2, 3, 2, seed=4)
-    b = lipschitz_bound(inst, kind, radius=R)
+    b = lipschitz_bound(inst, kind=kind, radius=R)
     half = b.candidates["1/2 ||L||_2"]
     assert half == 0.5 * b.logit_norm
     assert b.candidates["||K L||_2"] <= half * (1 + b.rounding_rtol)
@@ -875,7 +877,7 @@ def test_output_bound_of_equal_values_is_its_documented_rounding_allowance(kind:
     ``κ = (√2/4)·4(d + 2)·eps·max||x||·||v|| = (√2/4)·16·eps·√2 = 8·eps`` (``T = 2``: ``p ≥ ½``, the factor
     is √2/4), times ``||𝓛||₂ = 1`` (orthonormal rows ``z ⊗ x_t``) and ``1 + rounding_rtol`` (by hand)."""
     inst = A.Instance(np.array([[[1.0, 0.0], [0.0, 1.0]]]), [1.0], [1.0, 1.0], [[1.0, 0.0]])
-    b = lipschitz_bound(inst, kind, radius=1.0, of="output")
+    b = lipschitz_bound(inst, kind=kind, radius=1.0, of="output")
     assert abs(b.value / (8 * EPS * (1 + b.rounding_rtol)) - 1) <= BOUND_FORMULA_ULPS * EPS
 
 
@@ -886,7 +888,7 @@ def test_bound_range_error_message() -> None:
     base = A.random_instance(1, 2, 2, seed=1)
     k = round(math.log10(0.5 * _kron_sv(base)) + 1200 * math.log10(2.0))
     with pytest.raises(NumericalError) as exc:
-        lipschitz_bound(scaled(base, 600, 600, 0), "softmax", radius=1.0)
+        lipschitz_bound(scaled(base, 600, 600, 0), kind="softmax", radius=1.0)
     assert str(exc.value) == (
         f"the softmax weights Lipschitz bound (radius 1) is about 1e{k:+d}: it overflows {RANGE_TEXT}. "
         "Rescale X, z or v by a power of two: the bound scales by the same factors"
@@ -900,7 +902,7 @@ def test_zero_output_bound_with_factors_beyond_float64_is_zero(kind: str) -> Non
     representable; only a nonzero bound outside the range raises)."""
     X = np.array([[[1e-300, -2e-300], [3e-300, 5e-301]]])
     zz = A.Instance(X, [1.0], [1e-300, -3e-300], [[0.0, 0.0]])
-    b = lipschitz_bound(zz, kind, radius=1.0, of="output")
+    b = lipschitz_bound(zz, kind=kind, radius=1.0, of="output")
     assert b.value == 0.0 and b.nominal == 0.0
     assert b.log_kappa[0] < -590 * math.log(10.0)
 
@@ -916,7 +918,7 @@ def test_output_bound_with_overflowing_factor_reads_inf_without_warning(kind: st
     inst = A.Instance(X, [1.0], [1e200, -3e200], [[1e-300, 2e-300]])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        b = lipschitz_bound(inst, kind, radius=1e-100, of="output")
+        b = lipschitz_bound(inst, kind=kind, radius=1e-100, of="output")
     assert 1e250 < b.value < 1e308
     assert b.kappa[0] == math.inf and b.jacobian_factor == math.inf
     assert 400 * math.log(10.0) < b.log_kappa[0] < 402 * math.log(10.0)
@@ -927,12 +929,12 @@ def test_bound_log_logit_norm() -> None:
     ``200 ln 2`` at ``2^300 X, 2^-100 z`` (bilinear), and ``−inf`` for ``z = 0``."""
     base = A.random_instance(1, 2, 2, seed=1)
     ref = math.log(_kron_sv(base))
-    b = lipschitz_bound(base, "linear", radius=1.0)
+    b = lipschitz_bound(base, kind="linear", radius=1.0)
     assert abs(b.log_logit_norm - ref) <= 8 * EPS * abs(ref) + 8 * EPS
-    big = lipschitz_bound(scaled(base, 300, -100, 0), "softmax", radius=1.0)
+    big = lipschitz_bound(scaled(base, 300, -100, 0), kind="softmax", radius=1.0)
     assert abs(big.log_logit_norm - (ref + 200 * math.log(2.0))) <= 1e-12 * (abs(ref) + 200)
     zz = A.Instance(np.arange(6.0).reshape(1, 3, 2), [1.0], [8.0, 3.0], [[0.0, 0.0]])
-    assert lipschitz_bound(zz, "softmax", radius=1.0).log_logit_norm == -math.inf
+    assert lipschitz_bound(zz, kind="softmax", radius=1.0).log_logit_norm == -math.inf
 
 
 @pytest.mark.parametrize(("n", "T", "d"), [(1, 2, 1), (2, 3, 4), (3, 5, 2)])

@@ -106,7 +106,7 @@ def test_output_jacobian_norm_just_above_its_documented_floor_is_returned(kind: 
     floor = documented_output_floor(inst, W)
     assert truth == pytest.approx(inst.v[1], rel=1e-15)
     assert 1.0 < truth / floor < 1.0 + 1.0 / 14.0
-    got = jacobian_norm(inst, W, kind, of="output")
+    got = jacobian_norm(inst, W, kind=kind, of="output")
     assert abs(got - truth) <= floor + svd_rtol(inst) * truth
 
 
@@ -126,7 +126,7 @@ def test_output_floor_of_a_sequence_is_set_by_its_own_values_not_another_sequenc
     inst = A.Instance(X, [1.0, 1.0], [1.0, TINY_VALUE], [[1.0, 0.0], [0.75, 0.5]])
     truth = float(mp_output_jacobian_at_zero(inst))
     assert truth == pytest.approx(TINY_VALUE * math.hypot(0.75, 0.5), rel=1e-15)
-    got = jacobian_norm(inst, np.zeros((2, 2)), kind, of="output")
+    got = jacobian_norm(inst, np.zeros((2, 2)), kind=kind, of="output")
     assert abs(got - truth) <= svd_rtol(inst) * truth
 
 
@@ -144,7 +144,7 @@ def test_output_jacobian_is_never_a_silent_zero_when_the_values_differ_below_the
     truth = float(mp_output_jacobian_at_zero(inst))
     assert truth == 2.0**-148
     try:
-        got = jacobian_norm(inst, np.zeros((2, 2)), kind, of="output")
+        got = jacobian_norm(inst, np.zeros((2, 2)), kind=kind, of="output")
     except NumericalError:
         return  # allowed: the value cannot be resolved on the rescaled data
     assert abs(got - truth) <= svd_rtol(inst) * truth
@@ -160,7 +160,7 @@ def test_output_jacobian_ignores_a_huge_sequence_whose_values_are_all_equal(kind
     inst = A.Instance(X, [1.0, 1.0], [0.0, 1.0], [[0.5, 0.5], [0.75, 0.0]])
     truth = float(mp_output_jacobian_at_zero(inst))
     assert truth == 0.75
-    got = jacobian_norm(inst, np.zeros((2, 2)), kind, of="output")
+    got = jacobian_norm(inst, np.zeros((2, 2)), kind=kind, of="output")
     assert abs(got - truth) <= svd_rtol(inst) * truth
 
 
@@ -178,7 +178,7 @@ def test_overflowing_logits_message_names_the_sequence_that_overflows() -> None:
     assert round(math.log10(0.5625) + 1200 * math.log10(2.0)) == 361
     for kind in ("softmax", "normalized_linear"):
         with pytest.raises(NumericalError) as exc:
-            jacobian_norm(inst, np.eye(2), kind)
+            jacobian_norm(inst, np.eye(2), kind=kind)
         assert str(exc.value) == (
             f"the {kind} weights Jacobian is not finite: the largest entry of W on the data's scale, "
             "W·max|x|·max|z| (the logits' size), is about 1e+361: it overflows float64's normal range "
@@ -203,7 +203,7 @@ def test_estimate_search_value_agrees_with_its_value_on_power_of_two_scaled_data
     base = A.random_instance(2, 3, 2, seed=5, family="gaussian")
     inst = A.Instance(np.ldexp(base.X, jx), base.Y, np.ldexp(base.v, jv), np.ldexp(base.z, jz))
     for kind in ("softmax", "normalized_linear", "linear"):
-        e = lipschitz_estimate(inst, kind, radius=2.0 ** -(jx + jz), of=of, **FAST)
+        e = lipschitz_estimate(inst, kind=kind, radius=2.0 ** -(jx + jz), of=of, **FAST)
         assert e.value > 0.0
         tol = svd_rtol(inst) + bound_rounding_rtol(inst)
         assert abs(e.search_value - e.value) <= tol * e.value, (kind, e.search_value, e.value)
@@ -231,7 +231,7 @@ def test_output_bound_is_tight_on_alternating_values_in_a_tiny_ball(kind: str) -
     inst = A.Instance(np.array([[[1.0], [-1.0], [1.0], [-1.0]]]), [1.0], [1.0], [[1.0]])
     attained = float(mp_output_jacobian_at_zero(inst))
     assert attained == 1.0
-    b = float(lipschitz_bound(inst, kind, radius=TINY_RADIUS, of="output"))
+    b = float(lipschitz_bound(inst, kind=kind, radius=TINY_RADIUS, of="output"))
     assert attained <= b <= attained * (1.0 + TIGHT_RTOL)
 
 
@@ -254,7 +254,7 @@ def test_output_bound_of_equal_values_is_only_the_documented_rounding_allowance(
     is 0), times ``||𝓛||₂ = |z|·||x|| = 0.75·1.5`` and ``1 + rounding_rtol``. Oracle: the exact constant 0 and
     the documented allowance (evaluated on the token norms, by hand)."""
     inst = A.Instance(np.full((1, 4, 1), 0.75), [1.0], [0.5], [[0.75]])
-    b = lipschitz_bound(inst, kind, radius=TINY_RADIUS, of="output")
+    b = lipschitz_bound(inst, kind=kind, radius=TINY_RADIUS, of="output")
     limit = (
         math.sqrt(2.0)
         / 4.0
@@ -285,7 +285,7 @@ def test_bound_whose_nominal_is_just_below_the_normal_range_is_refused() -> None
         exact = mpmath.mpf(a) * mpmath.mpf(b)
         assert exact < mpmath.mpf(2) ** -1022 <= exact * (1 + mpmath.mpf(RTOL_1_2_1))
     with pytest.raises(NumericalError) as exc:
-        lipschitz_bound(inst, "linear")
+        lipschitz_bound(inst, kind="linear")
     assert str(exc.value).startswith(
         "the linear weights Lipschitz bound (radius 1) is about 1e-308: it underflows float64's normal range"
     )
@@ -302,7 +302,7 @@ def test_bound_log_candidates_are_the_logs_of_the_certified_candidates(kind: str
     is ``ln(nominal)``. For the linear weights the single candidate is ``||𝓛||₂ = 2`` (by hand). Oracle: the
     candidates' values, and the hand-derived ``||𝓛||₂``."""
     inst = A.Instance(np.array([[[1.0], [-1.0], [1.0], [-1.0]]]), [1.0], [1.0], [[1.0]])
-    b = lipschitz_bound(inst, kind, radius=TINY_RADIUS, of=of)
+    b = lipschitz_bound(inst, kind=kind, radius=TINY_RADIUS, of=of)
     assert set(b.log_candidates) == set(b.candidates)
     for name, val in b.candidates.items():
         assert val > 0.0
@@ -352,7 +352,7 @@ def test_output_jacobian_norm_below_its_documented_floor_is_refused(kind: str, m
     assert math.frexp(floor)[0] == pytest.approx(mantissa, rel=1e-9)
     assert truth / floor == pytest.approx(JUST_BELOW, rel=1e-9)
     with pytest.raises(NumericalError, match="below the rounding level of its float64 computation"):
-        jacobian_norm(inst, W, kind, of="output")
+        jacobian_norm(inst, W, kind=kind, of="output")
 
 
 #: Sequence 1 of the two-sequence instance below is ``2^-TINY_SEQUENCE_LOG2`` times sequence 0 in ``X``: its
@@ -379,7 +379,7 @@ def test_output_floor_is_set_by_each_sequences_own_logit_map_not_the_whole_insta
     floor = math.hypot(documented_sequence_floor(inst, 0), documented_sequence_floor(inst, 1))
     assert truth == pytest.approx(delta, rel=1e-15)
     assert 1.0 < truth / floor < math.sqrt(2.0)
-    got = jacobian_norm(inst, W, kind, of="output")
+    got = jacobian_norm(inst, W, kind=kind, of="output")
     assert abs(got - truth) <= floor + svd_rtol(inst) * truth
 
 
@@ -418,8 +418,8 @@ def test_output_jacobian_norm_is_unchanged_by_a_callers_underflow_trap(
     inst = make()
     W = np.zeros((2, 2))
     assert float(mp_output_jacobian_at_zero(inst)) == pytest.approx(exact, rel=1e-15)
-    plain = jacobian_norm(inst, W, kind, of="output")
+    plain = jacobian_norm(inst, W, kind=kind, of="output")
     with np.errstate(under="raise"):
-        trapped = jacobian_norm(inst, W, kind, of="output")
+        trapped = jacobian_norm(inst, W, kind=kind, of="output")
     assert trapped == plain
     assert abs(plain - exact) <= svd_rtol(inst) * exact

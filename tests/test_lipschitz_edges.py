@@ -149,12 +149,12 @@ def test_jacobian_norm_refuses_exactly_the_values_below_its_documented_rounding_
     assert rho / RHO_SLACK <= truth / floor <= rho * RHO_SLACK
     if rho < 1.0:
         with pytest.raises(NumericalError) as exc:
-            jacobian_norm(inst, W, "softmax")
+            jacobian_norm(inst, W, kind="softmax")
         msg = str(exc.value)
         assert msg.startswith("the softmax weights Jacobian norm at this W is below the rounding level")
         assert msg.endswith("Use lipschitz_bound for a certified upper bound, or a point with smaller logits")
     else:
-        got = jacobian_norm(inst, W, "softmax")
+        got = jacobian_norm(inst, W, kind="softmax")
         assert abs(got - truth) <= floor + svd_rtol(inst) * truth
 
 
@@ -171,7 +171,7 @@ def test_jacobian_norm_of_sequences_2_1000_apart_is_the_mpmath_value() -> None:
     W = np.zeros((2, 2))
     truth = float(mp_softmax_weights_jacobian_norm(inst, W))
     assert 0.1 < truth < 10.0
-    assert abs(jacobian_norm(inst, W, "softmax") - truth) <= svd_rtol(inst) * truth
+    assert abs(jacobian_norm(inst, W, kind="softmax") - truth) <= svd_rtol(inst) * truth
 
 
 def test_jacobian_norm_overflowing_logits_of_unit_scale_data_message() -> None:
@@ -180,7 +180,7 @@ def test_jacobian_norm_overflowing_logits_of_unit_scale_data_message() -> None:
     which must say so (the norm ``||W||_F = 2e308`` itself reads inf), never return NaN."""
     inst = A.Instance(np.array([[[0.75, 0.5], [0.5, 0.875]]]), [1.0], [0.5, 0.75], [[0.875, 0.75]])
     with pytest.raises(NumericalError) as exc:
-        jacobian_norm(inst, np.full((2, 2), 1e308), "softmax")
+        jacobian_norm(inst, np.full((2, 2), 1e308), kind="softmax")
     assert str(exc.value) == (
         "the softmax weights Jacobian is not finite at a point with ||W||_F = inf "
         "(logits beyond float64 range); use a smaller radius or rescale the data"
@@ -208,15 +208,15 @@ def test_jacobian_norm_at_the_edges_of_the_normal_range() -> None:
     sub = _two_token_gap(2.0**-511, 1.5 * 2.0**-512)  # (√2/4)·1.5·2^-1022 ≈ 0.53·2^-1022
     assert 2.0**-1023 <= _hand_jacobian(sub) < 2.0**-1022
     with pytest.raises(NumericalError, match="underflows " + re.escape(RANGE_TEXT)):
-        jacobian_norm(sub, np.zeros((1, 1)), "softmax")
+        jacobian_norm(sub, np.zeros((1, 1)), kind="softmax")
     over = _two_token_gap(2.0**512, 1.5 * 2.0**512)  # ≈ 1.06·2^1024
     assert mpmath.mpf(2) ** 1024 <= _hand_jacobian(over) < mpmath.mpf(2) ** 1025
     with pytest.raises(NumericalError, match="overflows " + re.escape(RANGE_TEXT)):
-        jacobian_norm(over, np.zeros((1, 1)), "softmax")
+        jacobian_norm(over, np.zeros((1, 1)), kind="softmax")
     near = _two_token_gap(0.75 * 2.0**516, 0.75 * 2.0**516, gap=2.0**-10)
     hand = _hand_jacobian(near)
     assert 2.0**1018 < hand < 2.0**1020
-    got = jacobian_norm(near, np.zeros((1, 1)), "softmax")
+    got = jacobian_norm(near, np.zeros((1, 1)), kind="softmax")
     assert abs(got / hand - 1) <= svd_rtol(near)
 
 
@@ -239,12 +239,12 @@ def test_linear_bound_at_the_edges_of_the_normal_range(ea: int, eb: int, returne
         exact = mpmath.mpf(0.5625) * mpmath.mpf(2) ** (ea + eb) * (1 + mpmath.mpf(RTOL_1_2_1))
     assert bound_rounding_rtol(inst) == RTOL_1_2_1
     if returned:
-        b = lipschitz_bound(inst, "linear")
+        b = lipschitz_bound(inst, kind="linear")
         assert abs(mpmath.mpf(b.value) / exact - 1) <= 2 * EPS
     else:
         side = "overflows" if ea + eb > 0 else "underflows"
         with pytest.raises(NumericalError, match=side + " " + re.escape(RANGE_TEXT)):
-            lipschitz_bound(inst, "linear")
+            lipschitz_bound(inst, kind="linear")
 
 
 def test_ratio_returns_the_largest_double_and_names_its_remedy() -> None:
@@ -302,13 +302,13 @@ def test_default_radius_and_kind() -> None:
     the softmax estimate (the signatures' documented defaults); the instance is one where the radius and
     the kind change the answer, so a different default cannot pass."""
     inst = A.random_instance(2, 3, 2, seed=1)
-    unit = lipschitz_bound(inst, "softmax", "W", 1.0, "weights").value
+    unit = lipschitz_bound(inst, kind="softmax", wrt="W", radius=1.0, of="weights").value
     assert lipschitz_bound(inst).value == unit
     assert lipschitz_bound(inst, radius=2.0).value != unit
     inst = A.random_instance(1, 3, 2, seed=1)
     est = lipschitz_estimate(inst, **FAST).value
-    assert est == lipschitz_estimate(inst, "softmax", **FAST).value
-    assert est != lipschitz_estimate(inst, "normalized_linear", **FAST).value
+    assert est == lipschitz_estimate(inst, kind="softmax", **FAST).value
+    assert est != lipschitz_estimate(inst, kind="normalized_linear", **FAST).value
 
 
 # ----------------------------------------------------------------------------- the search's candidates
@@ -333,7 +333,7 @@ def test_estimate_without_sampling_is_the_best_documented_structured_candidate()
     vals = [torch_jac_norm(inst, "softmax", "output", W) for W in cands]
     best = int(np.argmax(vals))
     assert best in (2, 5) and max(vals) > 1.05 * sorted(vals)[-2]
-    e = lipschitz_estimate(inst, "softmax", radius=R, of="output", samples=0, steps=0)
+    e = lipschitz_estimate(inst, kind="softmax", radius=R, of="output", samples=0, steps=0)
     assert abs(e.value - vals[best]) <= 2 * svd_rtol(inst) * vals[best]
     np.testing.assert_allclose(e.W, cands[best], rtol=0, atol=64 * EPS * R)
 
@@ -347,11 +347,11 @@ def test_output_jacobian_of_zero_values_is_exactly_zero(kind: str) -> None:
     rather than read as 0 because the values vanish."""
     inst = A.Instance(np.array([[[1.0, 0.5], [-0.5, 1.0], [0.25, -1.0]]]), [1.0], [0.0, 0.0], [[1.0, -0.5]])
     for W in (np.zeros((2, 2)), np.ones((2, 2)), np.full((2, 2), 1e4)):
-        assert jacobian_norm(inst, W, kind, "output") == 0.0
-    assert lipschitz_estimate(inst, kind, of="output", **FAST).value == 0.0
+        assert jacobian_norm(inst, W, kind=kind, of="output") == 0.0
+    assert lipschitz_estimate(inst, kind=kind, of="output", **FAST).value == 0.0
     if kind == "softmax":  # logit gaps ~1e4: weights ~e^-1e4, beyond float64 (elu + 1 decays only as 1/l)
         with pytest.raises(NumericalError, match="below the rounding level"):
-            jacobian_norm(inst, np.full((2, 2), 1e4), kind, "weights")
+            jacobian_norm(inst, np.full((2, 2), 1e4), kind=kind, of="weights")
 
 
 def test_linear_weights_jacobian_never_reads_zero_when_the_logit_map_is_not_zero() -> None:
@@ -368,7 +368,7 @@ def test_linear_weights_jacobian_never_reads_zero_when_the_logit_map_is_not_zero
     inst = A.Instance(X, np.ones(3), [0.0, 0.0], z)
     assert logit_norm(inst) == 2.0**-80
     try:
-        got = jacobian_norm(inst, np.zeros((2, 2)), "linear")
+        got = jacobian_norm(inst, np.zeros((2, 2)), kind="linear")
     except NumericalError:
         return
     assert abs(got / 2.0**-80 - 1) <= svd_rtol(inst)
@@ -381,7 +381,7 @@ def test_constant_map_estimate_is_zero_when_the_ball_underflows_on_the_rescaled_
     inst = A.Instance(np.zeros((1, 2, 2)), [1.0], [1.0, 1.0], [[2.0**-100, 0.0]])
     for kind in KINDS:
         for of in OFS:
-            assert lipschitz_estimate(inst, kind, radius=1e-300, of=of, samples=4, steps=2).value == 0.0
+            assert lipschitz_estimate(inst, kind=kind, radius=1e-300, of=of, samples=4, steps=2).value == 0.0
 
 
 def test_constant_map_estimate_at_the_largest_radius_is_exactly_zero() -> None:
@@ -407,7 +407,7 @@ def test_estimate_attaining_point_below_the_normal_range_message() -> None:
         X, [1.0], np.ldexp(rng.standard_normal(2), -600), np.ldexp(rng.standard_normal((1, 2)), 515)
     )
     with pytest.raises(NumericalError) as exc:  # (this search budget finds a nonzero attaining point)
-        lipschitz_estimate(inst, "softmax", radius=2.0**-1030, of="output", samples=4, steps=2)
+        lipschitz_estimate(inst, kind="softmax", radius=2.0**-1030, of="output", samples=4, steps=2)
     assert re.fullmatch(
         r"the norm \|\|W\|\|_F of the estimate's attaining point W is about 1e-3\d\d: it underflows "
         + re.escape(RANGE_TEXT)
@@ -428,9 +428,9 @@ def test_output_kappa_of_a_sequence_alone_at_scales_2_pm600(kind: str) -> None:
     X[0], z[0] = np.ldexp(X[0], 600), np.ldexp(z[0], -600)
     X[1], z[1] = np.ldexp(X[1], -600), np.ldexp(z[1], 600)
     v = np.array([1.0, -0.5])
-    both = lipschitz_bound(A.Instance(X, np.ones(2), v, z), kind, of="output").log_kappa
+    both = lipschitz_bound(A.Instance(X, np.ones(2), v, z), kind=kind, of="output").log_kappa
     for i in range(2):
-        alone = lipschitz_bound(A.Instance(X[i : i + 1], [1.0], v, z[i : i + 1]), kind, of="output")
+        alone = lipschitz_bound(A.Instance(X[i : i + 1], [1.0], v, z[i : i + 1]), kind=kind, of="output")
         assert math.isfinite(alone.log_kappa[0])
         assert both[i] == alone.log_kappa[0]
 
@@ -442,8 +442,8 @@ def test_estimate_first_ascent_step_is_the_documented_normalised_gradient_step()
     gradient of the largest singular value of the torch Jacobian (``torch.func.grad`` through ``jacrev`` and
     ``svdvals``); the value at ``W₁`` from the independent torch Jacobian, above the value at ``W₀``."""
     inst, R = A.random_instance(1, 3, 2, seed=10), 2.0
-    e0 = lipschitz_estimate(inst, "softmax", radius=R, of="output", samples=0, steps=0)
-    e1 = lipschitz_estimate(inst, "softmax", radius=R, of="output", samples=0, steps=1, starts=1)
+    e0 = lipschitz_estimate(inst, kind="softmax", radius=R, of="output", samples=0, steps=0)
+    e1 = lipschitz_estimate(inst, kind="softmax", radius=R, of="output", samples=0, steps=1, starts=1)
     X, z, v = (torch.tensor(np.asarray(a), dtype=torch.float64) for a in (inst.X, inst.z, inst.v))
 
     def sigma(Wt: torch.Tensor) -> torch.Tensor:
@@ -497,10 +497,10 @@ def test_jacobian_norm_is_never_a_silent_zero_when_sequences_underflow_on_a_comm
     estimate, the closed form is attained (``W = 0`` is a candidate) and bounds it from below, the certified
     bound from above, and for softmax weights its value equals the mpmath Jacobian at its returned point."""
     inst, truth = split_scale_instance(), SPLIT_CLOSED_FORM[(kind, of)]
-    assert abs(jacobian_norm(inst, np.zeros((2, 2)), kind, of) - truth) <= svd_rtol(inst) * truth
-    e = lipschitz_estimate(inst, kind, of=of, **FAST)
+    assert abs(jacobian_norm(inst, np.zeros((2, 2)), kind=kind, of=of) - truth) <= svd_rtol(inst) * truth
+    e = lipschitz_estimate(inst, kind=kind, of=of, **FAST)
     assert e.value >= truth * (1 - svd_rtol(inst))
-    assert e.value <= lipschitz_bound(inst, kind, of=of).value
+    assert e.value <= lipschitz_bound(inst, kind=kind, of=of).value
     if kind == "linear":  # the Jacobian is constant: the estimate is the closed form itself
         assert abs(e.value - truth) <= svd_rtol(inst) * truth
     if (kind, of) == ("softmax", "weights"):
@@ -515,8 +515,8 @@ def test_jacobian_norm_of_a_constant_map_at_huge_w_is_exactly_zero() -> None:
     inst = A.Instance(np.zeros((2, 2, 2)), [1.0, 1.0], [1.0, 1.0], [[0.99, 0.99], [0.5, -0.5]])
     for kind in KINDS:
         for of in OFS:
-            assert jacobian_norm(inst, np.full((2, 2), 1e308), kind, of) == 0.0
-            assert lipschitz_estimate(inst, kind, radius=FLOAT_MAX, of=of, **FAST).value == 0.0
+            assert jacobian_norm(inst, np.full((2, 2), 1e308), kind=kind, of=of) == 0.0
+            assert lipschitz_estimate(inst, kind=kind, radius=FLOAT_MAX, of=of, **FAST).value == 0.0
 
 
 @pytest.mark.parametrize("kind", ["softmax", "normalized_linear"])
@@ -527,6 +527,6 @@ def test_weights_factor_is_exactly_one_half_where_the_cap_binds(kind: str) -> No
     radius-free ``½·linear`` bound bit for bit."""
     inst = A.random_instance(3, 2, 2, seed=4)
     for R in (1e-3, 1.0, 1e3):
-        b = lipschitz_bound(inst, kind, radius=R)
+        b = lipschitz_bound(inst, kind=kind, radius=R)
         assert np.all(b.kappa == 0.5)
-        assert b.value == lipschitz_bound(inst, kind, radius=1e300).value
+        assert b.value == lipschitz_bound(inst, kind=kind, radius=1e300).value

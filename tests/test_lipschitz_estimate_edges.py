@@ -103,7 +103,7 @@ def test_constant_map_estimate_reports_its_request_and_no_search(kind: str, of: 
     factorised search value ``||J(0)||₂ = 0``) and echoes the request: kind, of, wrt, radius, seed, samples
     and steps as passed (a NumPy integer seed as a Python int)."""
     inst = A.Instance(np.ones((1, 3, 2)) * [[[1.0], [2.0], [3.0]]], [1.0], [1.0, -1.0], [[0.0, 0.0]])
-    e = lipschitz_estimate(inst, kind, radius=3.0, of=of, seed=np.int64(7), samples=5, steps=6, starts=2)
+    e = lipschitz_estimate(inst, kind=kind, radius=3.0, of=of, seed=np.int64(7), samples=5, steps=6, starts=2)
     assert e.value == 0.0 and float(e) == 0.0
     assert np.array_equal(e.W, np.zeros((2, 2)))
     assert e.search_value == 0.0
@@ -117,10 +117,10 @@ def test_searched_estimate_reports_its_request(kind: str) -> None:
     """A searched estimate echoes the request (seed as a Python int, samples, steps) and attains its value:
     ``value ≤ lipschitz_bound`` (certified) and ``||W||_F ≤ radius``."""
     inst = A.random_instance(1, 3, 2, seed=4)
-    e = lipschitz_estimate(inst, kind, radius=2.0, seed=np.int64(5), samples=3, steps=2, starts=1)
+    e = lipschitz_estimate(inst, kind=kind, radius=2.0, seed=np.int64(5), samples=3, steps=2, starts=1)
     assert (e.kind, e.of, e.wrt, e.radius, e.samples, e.steps) == (kind, "weights", "W", 2.0, 3, 2)
     assert e.seed == 5 and type(e.seed) is int
-    assert 0.0 < e.value <= lipschitz_bound(inst, kind, radius=2.0).value
+    assert 0.0 < e.value <= lipschitz_bound(inst, kind=kind, radius=2.0).value
     assert float(np.linalg.norm(e.W)) <= 2.0 * (1 + 4 * EPS)
 
 
@@ -146,9 +146,9 @@ def test_estimate_reaches_the_logit_scale_of_reciprocally_rescaled_sequences(a: 
     j0 = float(mp_weights_jacobian_norm(inst, [[third] * 3] * 2))
     tie = float(mp_weights_jacobian_norm(inst, [[0.5, 0.0, 0.5]] * 2))
     assert tie > 1.4 * j0  # the instance's premise: the tie is well above the origin
-    e = lipschitz_estimate(inst, "softmax", radius=16.0, **REACH_BUDGET)
+    e = lipschitz_estimate(inst, kind="softmax", radius=16.0, **REACH_BUDGET)
     assert e.value >= j0 + REACH_SHARE * (tie - j0)
-    assert e.value <= lipschitz_bound(inst, "softmax", radius=16.0).value
+    assert e.value <= lipschitz_bound(inst, kind="softmax", radius=16.0).value
 
 
 def test_estimate_on_a_ball_that_underflows_on_the_rescaled_data_is_the_jacobian_at_zero() -> None:
@@ -164,7 +164,7 @@ def test_estimate_on_a_ball_that_underflows_on_the_rescaled_data_is_the_jacobian
     inst = A.Instance(X, np.ones(2), np.array([0.5, 0.25]), z)
     third = mpmath.mpf(1) / 3
     j0 = mp_weights_jacobian_norm(inst, [[third] * 3] * 2)
-    e = lipschitz_estimate(inst, "softmax", radius=2.0**-700, samples=4, steps=2, starts=1)
+    e = lipschitz_estimate(inst, kind="softmax", radius=2.0**-700, samples=4, steps=2, starts=1)
     assert abs(mpmath.mpf(e.value) / j0 - 1) <= svd_rtol(inst)
 
 
@@ -182,7 +182,7 @@ def test_estimate_attaining_point_inside_a_subnormal_ball_is_refused(log2_radius
         X, [1.0], np.ldexp(rng.standard_normal(2), -600), np.ldexp(rng.standard_normal((1, 2)), 515)
     )
     with pytest.raises(NumericalError) as exc:
-        lipschitz_estimate(inst, "softmax", radius=2.0**log2_radius, of="output", samples=4, steps=2)
+        lipschitz_estimate(inst, kind="softmax", radius=2.0**log2_radius, of="output", samples=4, steps=2)
     assert re.fullmatch(
         r"the norm \|\|W\|\|_F of the estimate's attaining point W is about 1e-3\d\d: it underflows "
         + re.escape(RANGE_TEXT)
@@ -272,7 +272,7 @@ def test_linear_output_bound_of_tiny_tokens_next_to_a_zero_token_is_exact() -> N
     would then be multiplied unscaled and their products underflow to a bound of 0)."""
     X = np.array([[[0.0, 0.0], [2.0**-600, 2.0**-601]]])
     inst = A.Instance(X, [1.0], np.array([2.0**600, 0.0]), np.array([[1.0, 0.5]]))
-    b = lipschitz_bound(inst, "linear", of="output")
+    b = lipschitz_bound(inst, kind="linear", of="output")
     exact = math.ldexp(1.25, -600)
     assert exact <= b.value <= exact * (1 + 2 * b.rounding_rtol)
 
@@ -348,9 +348,15 @@ def test_a_callers_underflow_trap_changes_nothing() -> None:
     X = r.standard_normal((2, 3, 2))
     X[:, :, 1] *= 2.0**-600
     i1 = A.Instance(X, np.ones(2), [2.0**-600, 1.0], r.standard_normal((2, 2)))
-    plain = (lipschitz_bound(i4, "softmax").value, jacobian_norm(i1, np.eye(2), "softmax", of="output"))
+    plain = (
+        lipschitz_bound(i4, kind="softmax").value,
+        jacobian_norm(i1, np.eye(2), kind="softmax", of="output"),
+    )
     with np.errstate(under="raise"):
-        trapped = (lipschitz_bound(i4, "softmax").value, jacobian_norm(i1, np.eye(2), "softmax", of="output"))
+        trapped = (
+            lipschitz_bound(i4, kind="softmax").value,
+            jacobian_norm(i1, np.eye(2), kind="softmax", of="output"),
+        )
     assert trapped == plain
 
 

@@ -101,13 +101,13 @@ def test_custom_loss_is_accepted(inst, W):
         lambda u: -u * np.exp(-(u**2) / 2),
         A.LossAssumptions(False, True, True, True),
     )
-    g = A.risk_grad(inst, W, custom)
+    g = A.risk_grad(inst, W, loss=custom)
     h = 1e-6
     E = np.zeros_like(W)
     E[1, 2] = 1.0
-    fd = (A.risk(inst, W + h * E, custom) - A.risk(inst, W - h * E, custom)) / (2 * h)
+    fd = (A.risk(inst, W + h * E, loss=custom) - A.risk(inst, W - h * E, loss=custom)) / (2 * h)
     assert g[1, 2] == pytest.approx(fd, rel=1e-6, abs=1e-9)
-    d = A.normalized_risk_grad(inst, W, custom)  # mixed-sign ℓ' goes through the signed-log path
+    d = A.normalized_risk_grad(inst, W, loss=custom)  # mixed-sign ℓ' goes through the signed-log path
     np.testing.assert_allclose(d.direction, g / np.linalg.norm(g), atol=1e-13)
 
 

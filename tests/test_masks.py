@@ -80,7 +80,7 @@ def _sub(inst: Instance, i: int) -> Instance | None:
 def _masked(seed: int, n: int = 4, T: int = 5, d: int = 4, family: str = "gaussian", *, ones: bool = True):
     """A random instance and a random mask (token ``seed % T`` of sequence 0 masked; with ``ones`` a
     sequence with one allowed token)."""
-    base = random_instance(n, T, d, seed, family)
+    base = random_instance(n, T, d, seed=seed, family=family)
     rng = np.random.default_rng(1000 + seed)
     mask = rng.random((n, T)) < 0.6
     mask[np.arange(n), rng.integers(0, T, n)] = True  # ≥ 1 token per sequence
@@ -142,9 +142,9 @@ def test_weights_and_outputs_equal_deletion(family: str, seed: int, scale: float
     assert np.array_equal(np.isneginf(l), ~inst.allowed)  # masked logits are −inf, the others finite
     assert np.all(np.isfinite(l[inst.allowed]))
     for kind in KINDS:
-        s = attention(inst, W, kind)
+        s = attention(inst, W, kind=kind)
         assert np.all(s[~inst.allowed] == 0.0), kind  # exactly 0
-        f = output(inst, W, kind)
+        f = output(inst, W, kind=kind)
         for i in range(inst.n):
             sub = _sub(inst, i)
             keep = inst.allowed[i]
@@ -153,10 +153,10 @@ def test_weights_and_outputs_equal_deletion(family: str, seed: int, scale: float
                     assert s[i, keep][0] == 1.0
                     assert f[i] == pytest.approx(_single_value(inst, i), rel=4 * inst.d * EPS)
                 continue
-            ref = attention(sub, W, kind)[0]
+            ref = attention(sub, W, kind=kind)[0]
             tol = _weights_bound(sub, W) * np.abs(ref) + 2 * SUBNORMAL
             assert np.all(np.abs(s[i, keep] - ref) <= tol), (kind, i)
-            fr = float(output(sub, W, kind)[0])
+            fr = float(output(sub, W, kind=kind)[0])
             a = sub.X[0] @ sub.v
             bound = (
                 SUM_ULPS
@@ -167,7 +167,7 @@ def test_weights_and_outputs_equal_deletion(family: str, seed: int, scale: float
             )
             assert abs(f[i] - fr) <= bound, (kind, i)
         if kind != "linear":
-            ls = log_attention(inst, W, kind)
+            ls = log_attention(inst, W, kind=kind)
             assert np.all(np.isneginf(ls[~inst.allowed])) and np.all(np.isfinite(ls[inst.allowed]))
 
 
@@ -182,24 +182,24 @@ def test_risk_and_gradient_equal_deletion(loss: str, family: str, seed: int, sca
     subs = [_sub(inst, i) for i in range(inst.n)]
     ones = [i for i in range(inst.n) if subs[i] is None]
     r_ref = (
-        sum(risk(s, W, loss) for s in subs if s is not None)
+        sum(risk(s, W, loss=loss) for s in subs if s is not None)
         + sum(float(lo.value(np.array([inst.Y[i] * _single_value(inst, i)]))[0]) for i in ones)
     ) / inst.n
-    assert risk(inst, W, loss) == pytest.approx(
+    assert risk(inst, W, loss=loss) == pytest.approx(
         r_ref, rel=SUM_ULPS * (inst.T + inst.d) * EPS * (1 + scale * 10)
     )
-    G_ref = sum(risk_grad(s, W, loss) for s in subs if s is not None) / inst.n
+    G_ref = sum(risk_grad(s, W, loss=loss) for s in subs if s is not None) / inst.n
     M, dl = _magnitude(inst, W, loss)
     bound = SUM_ULPS * ((inst.n * inst.T + inst.T + inst.d) * EPS + 2 * dl) * M
-    G = risk_grad(inst, W, loss)
+    G = risk_grad(inst, W, loss=loss)
     assert np.linalg.norm(G - G_ref) <= bound
-    nd = normalized_risk_grad(inst, W, loss)
+    nd = normalized_risk_grad(inst, W, loss=loss)
     gnorm = float(np.linalg.norm(G_ref))
     assert np.linalg.norm(nd.direction - G_ref / gnorm) <= 2 * bound / gnorm
     assert abs(nd.log_norm - np.log(gnorm)) <= 2 * bound / gnorm
     # the textbook form (moderate W only: it cancels at saturation, its documented inaccuracy)
     if scale < 10:
-        Gt = risk_grad_textbook(inst, W, loss)
+        Gt = risk_grad_textbook(inst, W, loss=loss)
         Mt, _ = _magnitude(inst, W, loss, textbook=True)
         assert np.linalg.norm(Gt - G_ref) <= bound + SUM_ULPS * (inst.T + inst.d) * EPS * Mt
 
@@ -251,8 +251,8 @@ def test_no_nan_or_warning_on_masked_paths() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             for kind in KINDS:
-                assert np.all(np.isfinite(attention(inst, W, kind)))
-                assert np.all(np.isfinite(output(inst, W, kind)))
+                assert np.all(np.isfinite(attention(inst, W, kind=kind)))
+                assert np.all(np.isfinite(output(inst, W, kind=kind)))
             try:
                 assert np.all(np.isfinite(normalized_risk_grad(inst, W).direction))
                 assert np.all(np.isfinite(risk_grad(inst, W)))
@@ -297,7 +297,7 @@ def test_solve_svm_equals_deleted_problem(seed: int) -> None:
     """Same number of allowed tokens per sequence: the deleted problem is one ordinary instance."""
     rng = np.random.default_rng(seed)
     n, T, d, keep = 3, 5, 6, 3
-    base = random_instance(n, T, d, seed)
+    base = random_instance(n, T, d, seed=seed)
     mask = np.zeros((n, T), dtype=bool)
     for i in range(n):
         mask[i, rng.choice(T, keep, replace=False)] = True
@@ -517,10 +517,10 @@ def test_from_sequences_against_mpmath_and_autograd(causal: bool, loss: str, see
     amax = float(np.max(np.abs(X @ v)))
     # output's bound: (d+T)·eps·Σ_t s|a| plus the weights' 2δl relative, δl ≤ d²·eps·max|xWz| ≤ d²·eps·lmax·…
     assert np.max(np.abs(f - F)) <= SUM_ULPS * ((d + T) + 2 * d * d * (1 + lmax)) * EPS * amax
-    assert risk(inst, W, loss) == pytest.approx(
+    assert risk(inst, W, loss=loss) == pytest.approx(
         r, rel=SUM_ULPS * ((d + T) + 2 * d * d * (1 + lmax)) * EPS * (1 + amax)
     )
-    G = risk_grad(inst, W, loss)
+    G = risk_grad(inst, W, loss=loss)
     Gt = _torch_seq2seq_grad(X, Y, v, W, causal, loss)
     M, dl = _magnitude(inst, W, loss)
     assert np.linalg.norm(G - Gt) <= SUM_ULPS * ((n * T * T + T + d) * EPS + 2 * dl) * M * 2
@@ -583,7 +583,7 @@ GD_RTOL = 1e-9
 def test_run_gd_on_masked_equals_deleted(seed: int, normalized: bool) -> None:
     rng = np.random.default_rng(seed)
     n, T, d, keep = 3, 5, 6, 3
-    base = random_instance(n, T, d, seed)
+    base = random_instance(n, T, d, seed=seed)
     mask = np.zeros((n, T), dtype=bool)
     for i in range(n):
         mask[i, rng.choice(T, keep, replace=False)] = True
@@ -620,7 +620,7 @@ def test_regularization_path_and_kq_on_masked_equal_deleted(seed: int) -> None:
     """The other single-instance engines read the mask the same way (GD_RTOL as for run_gd)."""
     rng = np.random.default_rng(seed)
     n, T, d, keep = 3, 5, 4, 3
-    base = random_instance(n, T, d, seed)
+    base = random_instance(n, T, d, seed=seed)
     mask = np.zeros((n, T), dtype=bool)
     for i in range(n):
         mask[i, rng.choice(T, keep, replace=False)] = True

@@ -255,7 +255,7 @@ def test_bound_equals_deletion_per_sequence(inst: A.Instance, kind: str, of: str
     instance (``κ_i = 0`` for one allowed token: its weight is the constant 1, output ``a_it``), and the
     nominal bound is ``min(||K𝓛||₂, max_i κ_i ||𝓛||₂)`` from the explicit deleted rows (numpy SVD; the
     two eigen/SVD solvers agree to ``8(m + d²)·eps``, the factors to ``_kappa_rtol``)."""
-    b = lipschitz_bound(inst, kind, radius=R, of=of)
+    b = lipschitz_bound(inst, kind=kind, radius=R, of=of)
     kap = np.array(b.kappa)
     for i in range(inst.n):
         sub = _sub(inst, i)
@@ -264,7 +264,7 @@ def test_bound_equals_deletion_per_sequence(inst: A.Instance, kind: str, of: str
         elif sub is None:
             assert kap[i] == 0.0  # one allowed token: the sequence's map is constant
         else:
-            ref = float(lipschitz_bound(sub, kind, radius=R, of=of).kappa[0])
+            ref = float(lipschitz_bound(sub, kind=kind, radius=R, of=of).kappa[0])
             assert abs(kap[i] - ref) <= _kappa_rtol(sub, R) * ref
     rows = _kron_rows(inst)
     m = rows.shape[0]
@@ -295,7 +295,10 @@ def test_bound_equals_deleted_instance(seed: int, kind: str, of: str) -> None:
     inst = _instance(seed, 3, 5, 3, equal=3)
     dele = _deleted(inst)
     for R in (0.5, 4.0):
-        bm, bd = lipschitz_bound(inst, kind, radius=R, of=of), lipschitz_bound(dele, kind, radius=R, of=of)
+        bm, bd = (
+            lipschitz_bound(inst, kind=kind, radius=R, of=of),
+            lipschitz_bound(dele, kind=kind, radius=R, of=of),
+        )
         assert bm.rounding_rtol == bd.rounding_rtol
         tol = max(_kappa_rtol(_sub(inst, i), R) for i in range(inst.n)) + 2 * bd.rounding_rtol
         assert abs(bm.value - bd.value) <= tol * bd.value
@@ -312,7 +315,7 @@ def test_jacobian_norm_against_mpmath(inst: A.Instance, kind: str, of: str, scal
     data), far from saturation, so no value is at its rounding floor: a refusal fails the test."""
     W = scale * np.random.default_rng(inst.n * 7 + inst.T).standard_normal((inst.d, inst.d))
     ref = float(_mp_jacobian_norm(inst, W, kind, of))
-    val = jacobian_norm(inst, W, kind, of)
+    val = jacobian_norm(inst, W, kind=kind, of=of)
     assert abs(val - ref) <= _svd_rtol(inst) * ref + 2 * _jacobian_atol(inst, W, of)
 
 
@@ -327,7 +330,7 @@ def test_jacobian_norm_equals_deleted_instance(seed: int, kind: str, of: str) ->
     inst = _instance(seed, 3, 5, 3, equal=3)
     dele = _deleted(inst)
     W = np.random.default_rng(seed + 100).standard_normal((3, 3))
-    vm, vd = jacobian_norm(inst, W, kind, of), jacobian_norm(dele, W, kind, of)
+    vm, vd = jacobian_norm(inst, W, kind=kind, of=of), jacobian_norm(dele, W, kind=kind, of=of)
     assert abs(vm - vd) <= 2 * (_svd_rtol(dele) * vd + _jacobian_atol(dele, W, of))
 
 
@@ -358,8 +361,8 @@ def test_bound_geq_estimate_attained_against_mpmath(case: str, kind: str, of: st
     attains the same value on the deleted data (mpmath evaluates only the allowed rows)."""
     inst = CASES[case]()
     R = 3.0
-    b = lipschitz_bound(inst, kind, radius=R, of=of)
-    e = lipschitz_estimate(inst, kind, radius=R, of=of, **FAST)
+    b = lipschitz_bound(inst, kind=kind, radius=R, of=of)
+    e = lipschitz_estimate(inst, kind=kind, radius=R, of=of, **FAST)
     assert np.linalg.norm(e.W) <= R * (1 + 4 * EPS)
     ref = float(_mp_jacobian_norm(inst, e.W, kind, of))
     tol = _svd_rtol(inst) * ref + 2 * _jacobian_atol(inst, e.W, of)
@@ -377,12 +380,12 @@ def test_estimate_attained_on_the_deleted_instance(kind: str, of: str) -> None:
     attains its value on the masked one; both are ≤ either bound."""
     inst = _instance(7, 3, 5, 3, equal=3)
     dele = _deleted(inst)
-    em = lipschitz_estimate(inst, kind, radius=2.0, of=of, **FAST)
-    ed = lipschitz_estimate(dele, kind, radius=2.0, of=of, **FAST)
+    em = lipschitz_estimate(inst, kind=kind, radius=2.0, of=of, **FAST)
+    ed = lipschitz_estimate(dele, kind=kind, radius=2.0, of=of, **FAST)
     for e, other in ((em, dele), (ed, inst)):
         tol = 2 * (_svd_rtol(dele) * e.value + _jacobian_atol(dele, e.W, of))
-        assert abs(jacobian_norm(other, e.W, kind, of) - e.value) <= tol
-        assert e.value <= float(lipschitz_bound(inst, kind, radius=2.0, of=of)) * (1 + _svd_rtol(dele))
+        assert abs(jacobian_norm(other, e.W, kind=kind, of=of) - e.value) <= tol
+        assert e.value <= float(lipschitz_bound(inst, kind=kind, radius=2.0, of=of)) * (1 + _svd_rtol(dele))
 
 
 # ------------------------------------------------------------------------------ masked tokens are never read
@@ -398,8 +401,8 @@ def test_huge_masked_tokens_change_nothing(kind: str, of: str) -> None:
         warnings.simplefilter("error")
         for R in (0.5, 20.0):
             b0, b1 = (
-                lipschitz_bound(base, kind, radius=R, of=of),
-                lipschitz_bound(huge, kind, radius=R, of=of),
+                lipschitz_bound(base, kind=kind, radius=R, of=of),
+                lipschitz_bound(huge, kind=kind, radius=R, of=of),
             )
             assert (b0.value, b0.nominal, b0.formula, b0.log_value) == (
                 b1.value,
@@ -408,9 +411,9 @@ def test_huge_masked_tokens_change_nothing(kind: str, of: str) -> None:
                 b1.log_value,
             )
             assert np.array_equal(b0.kappa, b1.kappa)
-        assert jacobian_norm(base, W, kind, of) == jacobian_norm(huge, W, kind, of)
-        e0 = lipschitz_estimate(base, kind, radius=5.0, of=of, **FAST)
-        e1 = lipschitz_estimate(huge, kind, radius=5.0, of=of, **FAST)
+        assert jacobian_norm(base, W, kind=kind, of=of) == jacobian_norm(huge, W, kind=kind, of=of)
+        e0 = lipschitz_estimate(base, kind=kind, radius=5.0, of=of, **FAST)
+        e1 = lipschitz_estimate(huge, kind=kind, radius=5.0, of=of, **FAST)
         assert e0.value == e1.value and np.array_equal(e0.W, e1.W) and e0.evaluations == e1.evaluations
         assert np.array_equal(logit_gram(base), logit_gram(huge)) and logit_norm(base) == logit_norm(huge)
         assert bound_rounding_rtol(base) == bound_rounding_rtol(huge)
@@ -426,12 +429,12 @@ def test_single_token_sequences_are_constant() -> None:
         warnings.simplefilter("error")
         for kind in ("softmax", "normalized_linear"):
             for of in OFS:
-                assert lipschitz_bound(inst, kind, radius=5.0, of=of).value == 0.0
-                e = lipschitz_estimate(inst, kind, radius=5.0, of=of, **FAST)
+                assert lipschitz_bound(inst, kind=kind, radius=5.0, of=of).value == 0.0
+                e = lipschitz_estimate(inst, kind=kind, radius=5.0, of=of, **FAST)
                 assert e.value == 0.0 and e.evaluations == 0
-                assert jacobian_norm(inst, W, kind, of) == 0.0
+                assert jacobian_norm(inst, W, kind=kind, of=of) == 0.0
         sv = float(np.linalg.svd(_kron_rows(inst), compute_uv=False)[0])
-        b = lipschitz_bound(inst, "linear", radius=5.0)
+        b = lipschitz_bound(inst, kind="linear", radius=5.0)
         assert abs(b.nominal - sv) <= 8 * (inst.n + inst.d**2) * EPS * sv
 
 
@@ -444,7 +447,7 @@ def test_masked_query_token_is_still_the_query() -> None:
     inst = A.Instance(X, np.ones(2), rng.standard_normal(3), mask=mask)
     dele = A.Instance(X[:, 1:], np.ones(2), inst.v, X[:, 0])
     for kind in KINDS:
-        bm, bd = lipschitz_bound(inst, kind, radius=2.0), lipschitz_bound(dele, kind, radius=2.0)
+        bm, bd = lipschitz_bound(inst, kind=kind, radius=2.0), lipschitz_bound(dele, kind=kind, radius=2.0)
         tol = max(_kappa_rtol(_sub(inst, i), 2.0) for i in range(2)) + 2 * bd.rounding_rtol
         assert abs(bm.value - bd.value) <= tol * bd.value
 
@@ -494,9 +497,9 @@ def test_unmasked_outputs_unchanged_bit_for_bit(j: int) -> None:
     assert logit_norm(inst).hex() == pins["logit_norm"]
     for key, (bound, jac, est) in ((k, v) for k, v in pins.items() if k != "logit_norm"):
         kind, of = key
-        assert lipschitz_bound(inst, kind, radius=3.0, of=of).value.hex() == bound
-        assert jacobian_norm(inst, W, kind, of).hex() == jac
-        assert lipschitz_estimate(inst, kind, radius=2.0, of=of, samples=8, steps=6).value.hex() == est
+        assert lipschitz_bound(inst, kind=kind, radius=3.0, of=of).value.hex() == bound
+        assert jacobian_norm(inst, W, kind=kind, of=of).hex() == jac
+        assert lipschitz_estimate(inst, kind=kind, radius=2.0, of=of, samples=8, steps=6).value.hex() == est
 
 
 # ------------------------------------------------------------------------------ scale contract, masked
@@ -516,14 +519,14 @@ def test_masked_power_of_two_equivariance(a: int, b: int, kind: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for of, k in (("weights", a + b), ("output", 2 * a + b)):
-            b0 = lipschitz_bound(base, kind, radius=R, of=of).value
-            assert lipschitz_bound(big, kind, radius=math.ldexp(R, -(a + b)), of=of).value == math.ldexp(
+            b0 = lipschitz_bound(base, kind=kind, radius=R, of=of).value
+            assert lipschitz_bound(big, kind=kind, radius=math.ldexp(R, -(a + b)), of=of).value == math.ldexp(
                 b0, k
             )
-            j0 = jacobian_norm(base, W, kind, of)
-            assert jacobian_norm(big, np.ldexp(W, -(a + b)), kind, of) == math.ldexp(j0, k)
-            e0 = lipschitz_estimate(base, kind, radius=R, of=of, **FAST)
-            e1 = lipschitz_estimate(big, kind, radius=math.ldexp(R, -(a + b)), of=of, **FAST)
+            j0 = jacobian_norm(base, W, kind=kind, of=of)
+            assert jacobian_norm(big, np.ldexp(W, -(a + b)), kind=kind, of=of) == math.ldexp(j0, k)
+            e0 = lipschitz_estimate(base, kind=kind, radius=R, of=of, **FAST)
+            e1 = lipschitz_estimate(big, kind=kind, radius=math.ldexp(R, -(a + b)), of=of, **FAST)
             assert e1.value == math.ldexp(e0.value, k) and np.array_equal(e1.W, np.ldexp(e0.W, -(a + b)))
 
 
@@ -537,9 +540,9 @@ def test_saturated_masked_search_no_nan_or_warning(case: str, kind: str) -> None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for of in OFS:
-            b = lipschitz_bound(inst, kind, radius=1e4, of=of)
+            b = lipschitz_bound(inst, kind=kind, radius=1e4, of=of)
             try:
-                e = lipschitz_estimate(inst, kind, radius=1e4, of=of, **FAST)
+                e = lipschitz_estimate(inst, kind=kind, radius=1e4, of=of, **FAST)
             except NumericalError as exc:
                 assert "rounding level" in str(exc)
                 continue
@@ -572,6 +575,6 @@ def test_equal_allowed_tokens_give_exact_zero() -> None:
         warnings.simplefilter("error")
         for kind in ("softmax", "normalized_linear"):
             for of in OFS:
-                assert jacobian_norm(inst, W, kind, of) == 0.0
-                e = lipschitz_estimate(inst, kind, radius=3.0, of=of, **FAST)
+                assert jacobian_norm(inst, W, kind=kind, of=of) == 0.0
+                e = lipschitz_estimate(inst, kind=kind, radius=3.0, of=of, **FAST)
                 assert e.value == 0.0 and e.evaluations == 0

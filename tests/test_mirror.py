@@ -124,7 +124,7 @@ def test_mirror_step_by_hand(inst):
 #: measured on lp_toy(0): 2.0e-4 (p = 1.75), 1.1e-3 (p = 2), 1.6e-2 (p = 3); to the *other* p'
 #: ≥ 5e-3. Asserted: the matching p' is the closest, and D falls ≥ 10× from step 100 to 2000.
 def test_lp_runs_converge_to_their_own_svm():
-    inst = lp_toy(0)
+    inst = lp_toy(seed=0)
     for p in LP_TOY_P:
         tr = M.run_mirror_descent(inst, p, 2000, 0.1, record_at=[100, 2000], keep_iterates=True)
         a = tr.final_tokens

@@ -167,8 +167,8 @@ def test_prompt_grad_with_user_loss_objects_matches_mpmath() -> None:
     nrm = mpmath.sqrt(mpmath.fsum(x * x for x in want))
     plain = Loss("my-logistic", logistic.value_fn, logistic.derivative_fn, logistic.assumptions, None)
     for lo in (_DuckLogistic(), plain):
-        _assert_close_mp(prompt_grad(inst, W, p, lo), want, GRAD_RTOL)
-        G = normalized_prompt_grad(inst, W, p, lo)
+        _assert_close_mp(prompt_grad(inst, W, p, loss=lo), want, GRAD_RTOL)
+        G = normalized_prompt_grad(inst, W, p, loss=lo)
         _assert_close_mp(G.direction, [x / nrm for x in want], GRAD_RTOL)
         assert abs(G.log_norm - float(mpmath.log(nrm))) <= GRAD_RTOL * max(1.0, abs(G.log_norm))
 

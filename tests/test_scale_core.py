@@ -435,7 +435,7 @@ def test_risk_grad_never_returns_zeros_when_a_logit_gap_overflows(w: float, loss
         assert log_norm < -FLOAT_MAX  # not even its logarithm is a double
         for fn in (A.risk_grad, A.normalized_risk_grad):
             with pytest.raises(GradientRangeError) as ei:
-                fn(_PM_ONE, W, loss)
+                fn(_PM_ONE, W, loss=loss)
             assert ei.value.log_norm == -math.inf
             assert str(ei.value).startswith(
                 "the risk gradient ∇L(W) (Frobenius norm) is below any double (underflow to 0). A gap "
@@ -447,7 +447,7 @@ def test_risk_grad_never_returns_zeros_when_a_logit_gap_overflows(w: float, loss
         # refusal is the range error, or "undetermined" (ℓ', or the values' rounding level).
         for fn in (A.risk_grad, A.normalized_risk_grad):
             with pytest.raises(NumericalError, match=r"normal range|undetermined|rounding level"):
-                fn(_PM_ONE, W, loss)
+                fn(_PM_ONE, W, loss=loss)
 
 
 @pytest.mark.parametrize(("w", "returns"), [(353.0, True), (355.0, False)])
@@ -458,12 +458,12 @@ def test_risk_grad_on_both_sides_of_the_normal_range(w: float, returns: bool) ->
     log_norm, direction = mp_log_grad(_PM_ONE, W, "correlation", dps=GAP_ORACLE_DPS)
     assert (log_norm >= LOG_FLOAT_TINY) == returns
     if returns:
-        G = A.risk_grad(_PM_ONE, W, "correlation")
+        G = A.risk_grad(_PM_ONE, W, loss="correlation")
         ref = direction * float(mpmath.exp(log_norm))
         assert np.linalg.norm(G - ref) <= GRAD_RTOL * float(mpmath.exp(log_norm))
     else:
         with pytest.raises(GradientRangeError, match="underflows float64's normal range") as ei:
-            A.risk_grad(_PM_ONE, W, "correlation")
+            A.risk_grad(_PM_ONE, W, loss="correlation")
         assert abs(ei.value.log_norm - float(log_norm)) <= LOG_NORM_ATOL
 
 

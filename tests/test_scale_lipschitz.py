@@ -89,7 +89,7 @@ def test_output_bound_positive_and_sound_at_mixed_scales(seed: int, kind: str) -
     ~1e-167 values and ~1e17 logit rows, are all normal doubles on this data)."""
     base = A.random_instance(2, 3, 3, seed=seed)
     inst = A.Instance(base.X * 1e-44, base.Y, base.v * 1e-123, base.z * 1e61)
-    b = lipschitz_bound(inst, kind, radius=1.0, of="output")
+    b = lipschitz_bound(inst, kind=kind, radius=1.0, of="output")
     rng = np.random.default_rng(seed)
     # the ball ||W|| ≤ 1 holds logits up to ~1e17; sample where they are O(1)-O(10) (beyond, the
     # oracle's own elu + 1 gives 0/0)
@@ -129,10 +129,10 @@ def test_output_bound_tiny_uniform_instance_closed_form(kind: str) -> None:
         x1, x2, v, z = (mpmath.mpf(t) for t in (1.0, 0.0, 5.6e-194, 1.0))
         closed = abs(z) * abs(v * x1 - v * x2) * abs(x1 - x2) / 4
     for R in (1e-3, 1.0, 1e300):
-        b = lipschitz_bound(inst, kind, radius=R, of="output")
+        b = lipschitz_bound(inst, kind=kind, radius=R, of="output")
         allowance = 1 + b.rounding_rtol + VALUE_ULPS(inst.d) * EPS
         assert float(closed) <= b.value <= float(closed * mpmath.sqrt(2)) * allowance
-        e = lipschitz_estimate(inst, kind, radius=R, of="output", **FAST)
+        e = lipschitz_estimate(inst, kind=kind, radius=R, of="output", **FAST)
         assert abs(e.value - float(closed)) <= svd_rtol(inst) * float(closed)
 
 
@@ -145,7 +145,7 @@ def test_bound_tiny_uniform_n2_sound(kind: str, of: str) -> None:
     inst = _tiny_uniform_n2()
     rng = np.random.default_rng(7)
     for R in (1.0, 1e3):
-        b = lipschitz_bound(inst, kind, radius=R, of=of)
+        b = lipschitz_bound(inst, kind=kind, radius=R, of=of)
         assert b.value > 0.0
         for W in [np.zeros((2, 2))] + [rng.standard_normal((2, 2)) * 10.0**k for k in (-2, 0, 1, 3)]:
             W = W * min(1.0, R / float(np.linalg.norm(W))) if np.any(W) else W
@@ -164,7 +164,7 @@ def test_huge_data_named_error_never_linalg(c: float, kind: str, of: str) -> Non
     inst = A.Instance(base.X * c, base.Y, base.v, base.z * c)
     for R in (1.0, 1e-300):
         with pytest.raises(NumericalError, match="overflows " + RANGE):
-            lipschitz_bound(inst, kind, radius=R, of=of)
+            lipschitz_bound(inst, kind=kind, radius=R, of=of)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -178,8 +178,8 @@ def test_huge_tokens_with_small_queries_return_equivariant_value(kind: str) -> N
     inst = scaled(base, a, b_, c)
     for of, k in (("weights", a + b_), ("output", 2 * a + b_ + c)):
         for R in (0.5, 4.0):
-            ref = lipschitz_bound(base, kind, radius=R, of=of).value
-            got = lipschitz_bound(inst, kind, radius=math.ldexp(R, -(a + b_)), of=of).value
+            ref = lipschitz_bound(base, kind=kind, radius=R, of=of).value
+            got = lipschitz_bound(inst, kind=kind, radius=math.ldexp(R, -(a + b_)), of=of).value
             assert got == math.ldexp(ref, k)
 
 
@@ -221,13 +221,13 @@ def test_estimate_and_jacobian_norm_equivariant_at_extreme_scales(kind: str, of:
     a, b_, c = 600, -300, -700
     k = a + b_ if of == "weights" else 2 * a + b_ + c
     inst = scaled(base, a, b_, c)
-    e0 = lipschitz_estimate(base, kind, radius=2.0, of=of, **FAST)
-    e1 = lipschitz_estimate(inst, kind, radius=math.ldexp(2.0, -(a + b_)), of=of, **FAST)
+    e0 = lipschitz_estimate(base, kind=kind, radius=2.0, of=of, **FAST)
+    e1 = lipschitz_estimate(inst, kind=kind, radius=math.ldexp(2.0, -(a + b_)), of=of, **FAST)
     assert e1.value == math.ldexp(e0.value, k)
     np.testing.assert_array_equal(e1.W, np.ldexp(e0.W, -(a + b_)))
     J0 = torch_jac_norm(base, kind, of, e0.W)
     assert abs(J0 - e0.value) <= svd_rtol(base) * J0
-    assert jacobian_norm(inst, e1.W, kind, of) == e1.value
+    assert jacobian_norm(inst, e1.W, kind=kind, of=of) == e1.value
 
 
 #: mpmath digits of the closed-form oracle below (50 ≫ float64's 16: its own error is negligible).
@@ -288,11 +288,11 @@ def test_self_attention_tiny_first_token_estimate_closed_form(j: int, kind: str,
     assert inst.self_attention
     truth = _mp_uniform_jacobian_norm(inst, kind, of)
     assert TINY < truth < 1e-180
-    e = lipschitz_estimate(inst, kind, radius=1.0, of=of, **FAST)
+    e = lipschitz_estimate(inst, kind=kind, radius=1.0, of=of, **FAST)
     assert abs(e.value - truth) <= svd_rtol(inst) * truth
     assert float(np.linalg.norm(e.W)) <= 1.0
-    assert abs(jacobian_norm(inst, np.zeros((2, 2)), kind, of) - truth) <= svd_rtol(inst) * truth
-    assert lipschitz_bound(inst, kind, radius=1.0, of=of).value >= truth * (1 - svd_rtol(inst))
+    assert abs(jacobian_norm(inst, np.zeros((2, 2)), kind=kind, of=of) - truth) <= svd_rtol(inst) * truth
+    assert lipschitz_bound(inst, kind=kind, radius=1.0, of=of).value >= truth * (1 - svd_rtol(inst))
 
 
 def test_estimate_answers_when_sequence_scales_span_beyond_2_970() -> None:
@@ -309,12 +309,12 @@ def test_estimate_answers_when_sequence_scales_span_beyond_2_970() -> None:
     inst = A.Instance(X, np.ones(2), np.array([1.0, -0.5]))
     truth = torch_jac_norm(inst, "softmax", "weights", np.zeros((2, 2)))
     assert 0.1 < truth < 10.0
-    assert abs(jacobian_norm(inst, np.zeros((2, 2)), "softmax") - truth) <= svd_rtol(inst) * truth
-    e = lipschitz_estimate(inst, "softmax", radius=1.0, **FAST)
+    assert abs(jacobian_norm(inst, np.zeros((2, 2)), kind="softmax") - truth) <= svd_rtol(inst) * truth
+    e = lipschitz_estimate(inst, kind="softmax", radius=1.0, **FAST)
     at_w = torch_jac_norm(inst, "softmax", "weights", e.W)
     assert abs(e.value - at_w) <= svd_rtol(inst) * at_w
     assert e.value >= truth * (1 - svd_rtol(inst))  # W = 0 is a candidate
-    assert lipschitz_bound(inst, "softmax", radius=1.0).value >= e.value * (1 - svd_rtol(inst))
+    assert lipschitz_bound(inst, kind="softmax", radius=1.0).value >= e.value * (1 - svd_rtol(inst))
 
 
 @pytest.mark.parametrize("R", [1.5e308, float(np.finfo(np.float64).max)])
@@ -329,8 +329,8 @@ def test_bound_at_radius_near_float_max_no_overflow_warning(R: float, kind: str,
     larger ball can lower it or push it past the cap: equal), and soundness against the independent
     torch Jacobian at ``W = 0`` and at a saturating point of the ball."""
     inst = A.random_instance(2, 2, 2, seed=0)
-    b = lipschitz_bound(inst, kind, radius=R, of=of).value
-    assert b == lipschitz_bound(inst, kind, radius=1e300, of=of).value
+    b = lipschitz_bound(inst, kind=kind, radius=R, of=of).value
+    assert b == lipschitz_bound(inst, kind=kind, radius=1e300, of=of).value
     for W in (np.zeros((2, 2)), np.full((2, 2), 1e3)):
         assert torch_jac_norm(inst, kind, of, W) <= b
 
@@ -342,15 +342,15 @@ def test_estimate_and_jacobian_norm_raise_named_range_error() -> None:
     base = A.random_instance(1, 2, 2, seed=1)
     big = scaled(base, 600, 600, 0)
     with pytest.raises(NumericalError, match="overflows " + RANGE):
-        lipschitz_estimate(big, "softmax", radius=1.0, **FAST)
+        lipschitz_estimate(big, kind="softmax", radius=1.0, **FAST)
     with pytest.raises(NumericalError, match="overflows " + RANGE):
-        jacobian_norm(big, np.zeros((2, 2)), "softmax")
+        jacobian_norm(big, np.zeros((2, 2)), kind="softmax")
     # output constant ~2^(2·600 + 500 − 1000) = 2^700, attaining point ~2^-(600 + 500) W̃: not a double
     odd = scaled(A.random_instance(2, 3, 2, seed=0), 600, 500, -1000)
     with pytest.raises(NumericalError, match="attaining point W.*underflows " + RANGE):
-        lipschitz_estimate(odd, "softmax", radius=1.0, of="output", **FAST)
+        lipschitz_estimate(odd, kind="softmax", radius=1.0, of="output", **FAST)
     # and the bound, which needs no point, answers
-    assert 1e200 < lipschitz_bound(odd, "softmax", radius=1.0, of="output").value < 1e220
+    assert 1e200 < lipschitz_bound(odd, kind="softmax", radius=1.0, of="output").value < 1e220
 
 
 def test_jacobian_norm_saturated_point_raises_not_zero() -> None:
@@ -359,10 +359,10 @@ def test_jacobian_norm_saturated_point_raises_not_zero() -> None:
     W = np.full((2, 2), 1e4)
     for kind in ("softmax", "normalized_linear"):
         with pytest.raises(NumericalError, match="below the rounding level"):
-            jacobian_norm(inst, W, kind)
+            jacobian_norm(inst, W, kind=kind)
     # a structurally zero Jacobian (every token equal) is exactly 0, not an error
     same = A.Instance(np.ones((1, 3, 2)), [1.0], [1.0, 2.0], [[1.0, 0.0]])
-    assert jacobian_norm(same, W, "softmax") == 0.0
+    assert jacobian_norm(same, W, kind="softmax") == 0.0
 
 
 def test_compare_lipschitz_at_mixed_scales() -> None:
@@ -411,8 +411,8 @@ def test_jacobian_norm_exactly_equivariant_under_per_sequence_rescaling(p: tuple
     scaled_inst = A.Instance(
         np.ldexp(X, pe[:, None, None]), np.ones(3), base.v, np.ldexp(z, (c - pe)[:, None])
     )
-    got = jacobian_norm(scaled_inst, np.ldexp(W, -c), kind)
-    ref = jacobian_norm(base, W, kind)
+    got = jacobian_norm(scaled_inst, np.ldexp(W, -c), kind=kind)
+    ref = jacobian_norm(base, W, kind=kind)
     assert got == math.ldexp(ref, c)
     truth = torch_jac_norm(base, kind, "weights", W)
     assert abs(ref - truth) <= svd_rtol(base) * truth

@@ -59,7 +59,7 @@ def test_joint_toy_data(c):
 
 
 def test_lp_toy_is_unit_family():
-    inst = T.lp_toy(0)
+    inst = T.lp_toy(seed=0)
     assert inst.shape == (6, 8, 10)
     assert np.allclose(np.linalg.norm(inst.X, axis=2), 1.0, rtol=0, atol=1e-15)
 

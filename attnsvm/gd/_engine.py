@@ -43,6 +43,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._deps import require
 from .._types import FloatArray
+from .._validation import as_real_array, check_instance, check_int, check_positive, check_shape
 from ..errors import AttnSVMError, InvalidInstanceError, NumericalError
 from ..model._attention import logits_of
 from ..model._grad import (
@@ -53,7 +54,7 @@ from ..model._grad import (
     normalized_risk_grad_of,
     risk_of,
 )
-from ..model._instance import Instance, as_real_array, require_unmasked
+from ..model._instance import Instance, require_unmasked
 from ..model._losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
 from ..scaling import EPS as _EPS
 from ..scaling import (
@@ -340,28 +341,6 @@ def _check_iterate(W: FloatArray, what: str) -> FloatArray:
 
 
 # ============================================================================ checking
-def check_steps(steps: Any, name: str = "steps") -> int:
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise AttnSVMError(f"{name} must be an integer ≥ 1; got {steps!r}")
-    return int(steps)
-
-
-def check_lr(lr: Any, name: str = "lr") -> float:
-    try:
-        val = float(lr)
-    except (TypeError, ValueError):
-        raise AttnSVMError(f"{name} must be a positive finite number; got {lr!r}") from None
-    if isinstance(lr, bool) or not math.isfinite(val) or val <= 0:
-        raise AttnSVMError(f"{name} must be a positive finite number (the step size η); got {lr!r}")
-    return val
-
-
-def _check_inst(inst: Any) -> Instance:
-    if not isinstance(inst, Instance):
-        raise InvalidInstanceError(
-            f"inst must be an attnsvm.Instance; got {type(inst).__name__} (build one with attnsvm.Instance(X, Y, v, z))"
-        )
-    return inst
 
 
 def _check_reference(inst: Instance, reference: ArrayLike | None) -> FloatArray | None:
@@ -375,7 +354,7 @@ def _check_reference(inst: Instance, reference: ArrayLike | None) -> FloatArray 
 
 def default_record_steps(steps: int, points: int = 25) -> NDArray[np.int64]:
     """Log-spaced record steps ``1 … steps`` (about ``points`` of them, always including both ends)."""
-    steps = check_steps(steps)
+    steps = check_int(steps, "steps")
     grid = np.unique(np.round(np.logspace(0, math.log10(steps), points)).astype(np.int64))
     return np.unique(np.concatenate([grid, [steps]]))
 
@@ -570,6 +549,7 @@ def run_gd(
     inst: Instance,
     steps: int,
     lr: float,
+    *,
     normalized: bool = True,
     loss: "str | LossLike" = "logistic",
     W0: ArrayLike | None = None,
@@ -624,9 +604,9 @@ def run_gd(
     Token masks (:attr:`Instance.mask`): supported; masked tokens take no part in the risk, the gradient or
     the recorded tokens (``tokens`` are indices into the full sequence, never a masked one).
     """
-    inst = _check_inst(inst)
-    steps = check_steps(steps)
-    lr = check_lr(lr)
+    inst = check_instance(inst)
+    steps = check_int(steps, "steps")
+    lr = check_positive(lr, "lr", meaning="the step size η")
     lo = get_loss(loss)
     W = _initial_W(inst, W0)
     ref = _check_reference(inst, reference)
@@ -1601,13 +1581,13 @@ def run_gd_batch(
     instances: Sequence[Instance],
     steps: int,
     lr: float,
+    *,
     normalized: bool = True,
     loss: "str | LossLike" = "logistic",
     device: Any = None,
     W0: ArrayLike | None = None,
     record_at: int | Sequence[int] | ArrayLike | None = None,
     reference: ArrayLike | None = None,
-    *,
     fast_path: bool = True,
 ) -> BatchTrajectory:
     """Run GD on ``B`` equal-shaped instances at once, in one torch float64 computation.
@@ -1666,8 +1646,8 @@ def run_gd_batch(
     require("torch", feature="run_gd_batch (the batched torch engine)")  # pragma: no mutate
     import torch
 
-    steps = check_steps(steps)
-    lr = check_lr(lr)
+    steps = check_int(steps, "steps")
+    lr = check_positive(lr, "lr", meaning="the step size η")
     lo = get_loss(loss)
     dev = _torch_device(device)
     X, Y, z, v, kb, allowed = _stack_instances(instances, rescale=True, masks=True)
@@ -1954,6 +1934,7 @@ def projected_path(
 def regularization_path(
     inst: Instance,
     radii: ArrayLike,
+    *,
     loss: "str | LossLike" = "logistic",
     reference: ArrayLike | None = None,
     max_steps: int = 2000,
@@ -1995,12 +1976,12 @@ def regularization_path(
 
     Token masks (:attr:`Instance.mask`): supported, as in :func:`run_gd`.
     """
-    inst = _check_inst(inst)
+    inst = check_instance(inst)
     R_all = as_real_array(radii, "radii", ndim=1)
     if R_all.size == 0 or np.any(R_all <= 0) or np.any(np.diff(R_all) <= 0):
         raise AttnSVMError("radii must be a non-empty, strictly increasing list of positive radii")
-    max_steps = check_steps(max_steps, "max_steps")
-    lr = check_lr(lr)
+    max_steps = check_int(max_steps, "max_steps")
+    lr = check_positive(lr, "lr", meaning="the step size η")
     try:
         tol = float(tol)
     except (TypeError, ValueError):
@@ -2086,17 +2067,11 @@ def _nuclear(W: FloatArray) -> float:
     return float(np.ldexp(s, e))
 
 
-def _check_factor(F: ArrayLike, d: int, m: int, name: str) -> FloatArray:
-    Fa = as_real_array(F, name, ndim=2)
-    if Fa.shape != (d, m):
-        raise InvalidInstanceError(f"{name} must have shape (d, m) = ({d}, {m}); got {Fa.shape}")
-    return np.array(Fa)
-
-
 def run_gd_kq(
     inst: Instance,
     steps: int,
     lr: float,
+    *,
     normalized: bool = True,
     loss: "str | LossLike" = "logistic",
     K0: ArrayLike | None = None,
@@ -2142,9 +2117,9 @@ def run_gd_kq(
 
     Token masks (:attr:`Instance.mask`): supported, as in :func:`run_gd`.
     """
-    inst = _check_inst(inst)
-    steps = check_steps(steps)
-    lr = check_lr(lr)
+    inst = check_instance(inst)
+    steps = check_int(steps, "steps")
+    lr = check_positive(lr, "lr", meaning="the step size η")
     lo = get_loss(loss)
     ref = _check_reference(inst, reference)
     d = inst.d
@@ -2152,10 +2127,20 @@ def run_gd_kq(
         m = d if K0 is None else int(np.shape(K0)[1]) if np.ndim(K0) == 2 else d
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
         raise AttnSVMError(f"m must be an integer ≥ 1; got {m!r}")
-    scale = check_lr(init_scale, "init_scale")
+    scale = check_positive(
+        init_scale, "init_scale", meaning="the standard deviation of the random K0, Q0 entries"
+    )
     rng = np.random.default_rng(seed)
-    K = _check_factor(K0, d, m, "K0") if K0 is not None else scale * rng.standard_normal((d, m))
-    Q = _check_factor(Q0, d, m, "Q0") if Q0 is not None else scale * rng.standard_normal((d, m))
+    K = (
+        np.array(check_shape(K0, "K0", (d, m), described="(d, m)"))
+        if K0 is not None
+        else scale * rng.standard_normal((d, m))
+    )
+    Q = (
+        np.array(check_shape(Q0, "Q0", (d, m), described="(d, m)"))
+        if Q0 is not None
+        else scale * rng.standard_normal((d, m))
+    )
     at = record_steps(record_at, steps)
     rec_set = {int(s) for s in at}
     sc = _rescale(inst)

@@ -71,8 +71,8 @@ def _lip_setup(
 def _code_map(inst: Instance, what: str, kind: str) -> Callable[[np.ndarray], np.ndarray]:
     d = inst.d
     if what == "weights":
-        return lambda w: _att.attention(inst, _ten.unvec(w, (d, d)), kind).ravel()
-    return lambda w: _att.output(inst, _ten.unvec(w, (d, d)), kind)
+        return lambda w: _att.attention(inst, _ten.unvec(w, (d, d)), kind=kind).ravel()
+    return lambda w: _att.output(inst, _ten.unvec(w, (d, d)), kind=kind)
 
 
 def _ck_lin_weights(rng: np.random.Generator) -> list[tuple[str, float, float]]:
@@ -84,7 +84,7 @@ def _ck_lin_weights(rng: np.random.Generator) -> list[tuple[str, float, float]]:
     return [
         (
             "K vec(W) vs attnsvm.model._attention(kind='linear')",
-            _rel(_att.attention(inst, W, "linear").ravel(), Kn @ _ten.vec(W)),
+            _rel(_att.attention(inst, W, kind="linear").ravel(), Kn @ _ten.vec(W)),
             EVAL_TOL,
         ),
         ("K vs central differences of attnsvm linear weights", _rel(fd, Kn), FD_TOL),
@@ -117,7 +117,7 @@ def _ck_lin_output(rng: np.random.Generator) -> list[tuple[str, float, float]]:
     return [
         (
             "f vs attnsvm.output(kind='linear')",
-            _rel(_att.output(inst, W, "linear"), _lamb(args, f)(*vals).ravel()),
+            _rel(_att.output(inst, W, kind="linear"), _lamb(args, f)(*vals).ravel()),
             EVAL_TOL,
         ),
         ("J_f vs central differences of attnsvm", _rel(fd, _lamb(args, Jf)(*vals)), FD_TOL),

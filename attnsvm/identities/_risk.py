@@ -136,7 +136,7 @@ def _ob_risk(loss: str) -> Callable[[int, int, int], list[Obligation]]:
 def _risk_map(inst: Instance, loss: str) -> Callable[[np.ndarray], np.ndarray]:
     """``vec(W) ↦ [attnsvm.risk(inst, W)]``, for finite differences."""
     d = inst.d
-    return lambda w: np.array([_grad.risk(inst, _ten.unvec(w, (d, d)), loss)])
+    return lambda w: np.array([_grad.risk(inst, _ten.unvec(w, (d, d)), loss=loss)])
 
 
 def _ck_risk(loss: str) -> Callable[[np.random.Generator], list[tuple[str, float, float]]]:
@@ -149,9 +149,11 @@ def _ck_risk(loss: str) -> Callable[[np.random.Generator], list[tuple[str, float
         for _ in range(3):
             inst, Wn = _instance(rng, n, T, d)
             vals = [*inst.X, inst.z, inst.v, inst.Y, Wn]
-            gcode = _grad.risk_grad(inst, Wn, loss)
+            gcode = _grad.risk_grad(inst, Wn, loss=loss)
             out.append((f"∇L formula vs attnsvm.risk_grad ({loss})", _rel(gcode, fG(*vals)), EVAL_TOL))
-            out.append((f"L vs attnsvm.risk ({loss})", _rel(_grad.risk(inst, Wn, loss), fL(*vals)), EVAL_TOL))
+            out.append(
+                (f"L vs attnsvm.risk ({loss})", _rel(_grad.risk(inst, Wn, loss=loss), fL(*vals)), EVAL_TOL)
+            )
             fd = _fd_jac(_risk_map(inst, loss), _ten.vec(Wn))
             out.append(
                 (

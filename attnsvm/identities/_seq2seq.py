@@ -109,14 +109,14 @@ def _ck_s2s(loss: str, causal: bool) -> Callable[[np.random.Generator], list[tup
             out.append(
                 (
                     f"L_s2s vs attnsvm.risk(from_sequences) ({loss})",
-                    _rel(_grad.risk(inst, Wn, loss), fL(*vals)),
+                    _rel(_grad.risk(inst, Wn, loss=loss), fL(*vals)),
                     EVAL_TOL,
                 )
             )
             out.append(
                 (
                     f"∇L_s2s vs attnsvm.risk_grad(from_sequences) ({loss})",
-                    _rel(_grad.risk_grad(inst, Wn, loss), fG(*vals)),
+                    _rel(_grad.risk_grad(inst, Wn, loss=loss), fG(*vals)),
                     EVAL_TOL,
                 )
             )

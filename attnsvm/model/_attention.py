@@ -167,7 +167,7 @@ def log_phi(l: FloatArray) -> FloatArray:
     return np.where(l > 0, np.log1p(np.maximum(l, 0.0)), np.minimum(l, 0.0))
 
 
-def log_attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray:
+def log_attention(inst: Instance, W: ArrayLike, *, kind: str = "softmax") -> FloatArray:
     """``log s_it`` for the normalised kinds ``softmax`` and ``normalized_linear``, shape ``(n, T)``.
 
     Finite for every finite ``W``, also where ``s_it`` itself underflows to 0, except at masked
@@ -196,7 +196,7 @@ def attention_of(l: FloatArray, kind: str) -> FloatArray:
         return np.exp(_log_softmax_raw(base))
 
 
-def attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray:
+def attention(inst: Instance, W: ArrayLike, *, kind: str = "softmax") -> FloatArray:
     """Attention weights ``s_it``, shape ``(n, T)``.
 
     Args:
@@ -217,7 +217,7 @@ def attention(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray
     return attention_of(logits(inst, W), kind)
 
 
-def output(inst: Instance, W: ArrayLike, kind: str = "softmax") -> FloatArray:
+def output(inst: Instance, W: ArrayLike, *, kind: str = "softmax") -> FloatArray:
     """Outputs ``f_i = Σ_t s_it vᵀx_it``, shape ``(n,)`` (the sum over the allowed tokens when masked).
 
     Scale: any finite data; ``f_i`` to absolute error ``≲ (d+T)·eps·Σ_t |s_it| Σ_k |v_k x_itk|`` plus

@@ -698,7 +698,7 @@ def normalized_risk_grad_of(
 
 
 # ---------------------------------------------------------------- public API
-def risk(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> float:
+def risk(inst: Instance, W: ArrayLike, *, loss: "str | LossLike" = "logistic") -> float:
     """Empirical risk ``L(W) = (1/n) Σ_i ℓ(Y_i f_i)`` of softmax attention.
 
     With a token mask (:attr:`Instance.mask`) ``f_i`` is the output over the allowed tokens of sequence
@@ -718,7 +718,7 @@ def risk(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> f
     return risk_of(inst.keys, inst.Y, inst.z, inst.v, Wa, lo, **mask_kw(inst))
 
 
-def risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> FloatArray:
+def risk_grad(inst: Instance, W: ArrayLike, *, loss: "str | LossLike" = "logistic") -> FloatArray:
     """Gradient ``∇L(W) = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it (vᵀx_it − f_i) x_it z_iᵀ``, shape ``(d, d)``.
 
     Computed in the cancellation-free form ``vᵀx_it − f_i = Σ_u s_iu (vᵀx_it − vᵀx_iu)``. With a token
@@ -741,7 +741,7 @@ def risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic")
     return risk_grad_of(inst.keys, inst.Y, inst.z, inst.v, Wa, lo, **mask_kw(inst))
 
 
-def risk_grad_textbook(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> FloatArray:
+def risk_grad_textbook(inst: Instance, W: ArrayLike, *, loss: "str | LossLike" = "logistic") -> FloatArray:
     """The same gradient with the textbook difference ``vᵀx_it − f_i``.
 
     Kept as the baseline that tests and benchmarks compare against: once ``s_iα`` is
@@ -762,7 +762,9 @@ def risk_grad_textbook(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "l
     return _finite(G, "the textbook risk gradient (use risk_grad, which rescales)")
 
 
-def normalized_risk_grad(inst: Instance, W: ArrayLike, loss: "str | LossLike" = "logistic") -> GradDirection:
+def normalized_risk_grad(
+    inst: Instance, W: ArrayLike, *, loss: "str | LossLike" = "logistic"
+) -> GradDirection:
     """Unit direction ``∇L(W)/||∇L(W)||_F`` and ``log||∇L(W)||_F``, computed from log-magnitudes.
 
     Stays exact when ``∇L`` underflows (``||W||`` in the thousands): normalized GD is

@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._types import FloatArray
+from .._validation import as_real_array, check_int
 from ..errors import InvalidInstanceError, TiedScoresError, unknown_name
 from ..scaling import FLOAT_TINY, range_error
 from ..scaling import pow2_split as pow2_split  # re-exported: its home is attnsvm.scaling
@@ -81,37 +82,6 @@ def values_split(X: ArrayLike, v: ArrayLike) -> tuple[NDArray[np.float64], NDArr
     Xs, ex = split_rows(X, 1)
     vs, ev = pow2_split(v)
     return Xs @ vs, ex + ev
-
-
-def as_real_array(value: ArrayLike, name: str, ndim: int | None = None) -> FloatArray:
-    """Return a validated float64 copy of ``value``.
-
-    Raises :class:`InvalidInstanceError` naming ``name`` when the value is not a real
-    numeric array (complex, object, string and boolean data are refused), has the
-    wrong rank, or holds NaN or Inf.
-    """
-    try:
-        arr = np.array(value, copy=True)
-    except Exception as exc:  # ragged lists and the like
-        raise InvalidInstanceError(
-            f"{name} must be a real numeric array; could not convert it ({exc})"
-        ) from exc
-    if arr.dtype.kind not in "iuf":
-        raise InvalidInstanceError(
-            f"{name} must hold real numbers (int or float); got dtype {arr.dtype}"
-            + (" (complex values are not supported)" if arr.dtype.kind == "c" else "")
-        )
-    if ndim is not None and arr.ndim != ndim:
-        raise InvalidInstanceError(f"{name} must have {ndim} dimension(s); got shape {arr.shape}")
-    arr = arr.astype(np.float64, copy=False)
-    if not np.all(np.isfinite(arr)):
-        bad = np.argwhere(~np.isfinite(arr))[0]
-        raise InvalidInstanceError(
-            f"{name} must be finite; found {arr[tuple(bad)]} at index {tuple(int(b) for b in bad)}. "
-            "Remove or impute NaN/Inf entries first."
-        )
-    arr.setflags(write=False)
-    return arr
 
 
 def _check_mask(mask: Any, n: int, T: int) -> NDArray[np.bool_] | None:
@@ -442,7 +412,7 @@ def _unit_rows(a: FloatArray) -> FloatArray:
 
 
 def random_instance(
-    n: int, T: int, d: int, seed: int | np.random.Generator = 0, family: str = "gaussian"
+    n: int, T: int, d: int, *, seed: int | np.random.Generator = 0, family: str = "gaussian"
 ) -> Instance:
     """Draw a random instance.
 
@@ -460,8 +430,7 @@ def random_instance(
     independent, so every Att-SVM(α) is feasible.
     """
     for name, val, low in (("n", n, 1), ("T", T, 2), ("d", d, 1)):
-        if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < low:
-            raise InvalidInstanceError(f"{name} must be an integer ≥ {low}; got {val!r}")
+        check_int(val, name, low=low, error=InvalidInstanceError)
     if family not in FAMILIES:
         raise unknown_name("instance family", family, FAMILIES)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)

@@ -30,10 +30,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._types import FloatArray
+from .._validation import as_real_array
 from ..errors import InvalidInstanceError
 from ..scaling import EPS as _EPS
 from ..scaling import FLOAT_TINY, range_error
-from ._instance import Instance, as_real_array, pow2_split, split_rows
+from ._instance import Instance, pow2_split, split_rows
 
 __all__ = [
     "vec",

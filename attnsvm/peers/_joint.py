@@ -39,9 +39,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._types import FloatArray
-from ..errors import InvalidInstanceError, NumericalError
+from .._validation import check_int, check_positive, check_shape
+from ..errors import NumericalError
 from ..model._grad import GradDirection, signed_log_derivative
-from ..model._instance import Instance, as_real_array, require_unmasked
+from ..model._instance import Instance, require_unmasked
 from ..model._losses import LossLike, get_loss
 from ..scaling import range_error
 from ..svm._solve import KKTResiduals
@@ -50,9 +51,7 @@ from ._prompt import (
     PromptData,
     _cos,
     _tokens,
-    check_lr,
     check_prompt,
-    check_steps,
     keys_mantissa,
     mantissa,
     norm2,
@@ -78,13 +77,6 @@ __all__ = [
     "JointTrajectory",
     "run_joint_gd",
 ]
-
-
-def _check_head(inst: Instance, v: ArrayLike, name: str = "v") -> FloatArray:
-    va = as_real_array(v, name, ndim=1)
-    if va.shape != (inst.d,):
-        raise InvalidInstanceError(f"{name} must have shape (d,) = ({inst.d},); got {va.shape}")
-    return va
 
 
 # ==================================================================== array forms
@@ -177,7 +169,7 @@ def _data(inst: Instance, W: ArrayLike, v: FloatArray) -> PromptData:
 
 
 def joint_risk(
-    inst: Instance, W: ArrayLike, v: ArrayLike, p: ArrayLike, loss: "str | LossLike" = "logistic"
+    inst: Instance, W: ArrayLike, v: ArrayLike, p: ArrayLike, *, loss: "str | LossLike" = "logistic"
 ) -> float:
     """Risk ``L(v, p) = (1/n) Σ_i ℓ(Y_i vᵀX_iᵀ softmax(X_i W p))``.
 
@@ -188,12 +180,12 @@ def joint_risk(
     """
     require_unmasked(inst, "attnsvm.peers.joint_risk")
     lo = get_loss(loss)
-    va, pa = _check_head(inst, v), check_prompt(inst, p)
+    va, pa = check_shape(v, "v", (inst.d,), described="(d,)"), check_prompt(inst, p)
     return prompt_risk_of(_data(inst, W, va), inst.Y, pa, lo, "the joint risk L(v, p)")
 
 
 def joint_grads(
-    inst: Instance, W: ArrayLike, v: ArrayLike, p: ArrayLike, loss: "str | LossLike" = "logistic"
+    inst: Instance, W: ArrayLike, v: ArrayLike, p: ArrayLike, *, loss: "str | LossLike" = "logistic"
 ) -> tuple[FloatArray, FloatArray]:
     """``(∇_v L, ∇_p L)``, shapes ``((d,), (d,))``.
 
@@ -208,13 +200,13 @@ def joint_grads(
     """
     require_unmasked(inst, "attnsvm.peers.joint_grads")
     lo = get_loss(loss)
-    va, pa = _check_head(inst, v), check_prompt(inst, p)
+    va, pa = check_shape(v, "v", (inst.d,), described="(d,)"), check_prompt(inst, p)
     data = _data(inst, W, va)
     return v_grad_of(inst.X, data, inst.Y, pa, lo), prompt_grad_of(data, inst.Y, pa, lo)
 
 
 def normalized_joint_grads(
-    inst: Instance, W: ArrayLike, v: ArrayLike, p: ArrayLike, loss: "str | LossLike" = "logistic"
+    inst: Instance, W: ArrayLike, v: ArrayLike, p: ArrayLike, *, loss: "str | LossLike" = "logistic"
 ) -> tuple[GradDirection, GradDirection]:
     """Separately normalized directions of ``∇_v L`` and ``∇_p L`` (log-domain), each with its log-norm.
 
@@ -223,7 +215,7 @@ def normalized_joint_grads(
     """
     require_unmasked(inst, "attnsvm.peers.normalized_joint_grads")
     lo = get_loss(loss)
-    va, pa = _check_head(inst, v), check_prompt(inst, p)
+    va, pa = check_shape(v, "v", (inst.d,), described="(d,)"), check_prompt(inst, p)
     data = _data(inst, W, va)
     return (
         normalized_v_grad_of(inst.X, data, inst.Y, pa, lo),
@@ -363,6 +355,7 @@ def run_joint_gd(
     W: ArrayLike,
     steps: int,
     lr: float,
+    *,
     normalized: bool = True,
     v0: ArrayLike | None = None,
     p0: ArrayLike | None = None,
@@ -398,13 +391,13 @@ def run_joint_gd(
       :class:`JointTrajectory`.
     """
     require_unmasked(inst, "attnsvm.peers.run_joint_gd")
-    steps = check_steps(steps)
-    lr = check_lr(lr)
+    steps = check_int(steps, "steps")
+    lr = check_positive(lr, "lr", meaning="the step size η")
     lo = get_loss(loss)
     Wa = inst.check_weights(W)
-    v = np.array(inst.v) if v0 is None else np.array(_check_head(inst, v0, "v0"))
+    v = np.array(inst.v) if v0 is None else np.array(check_shape(v0, "v0", (inst.d,), described="(d,)"))
     p = np.zeros(inst.d) if p0 is None else np.array(check_prompt(inst, p0, "p0"))
-    vr = None if v_reference is None else _check_head(inst, v_reference, "v_reference")
+    vr = None if v_reference is None else check_shape(v_reference, "v_reference", (inst.d,), described="(d,)")
     pr = None if p_reference is None else check_prompt(inst, p_reference, "p_reference")
     at = set(int(s) for s in record_steps(record_at, steps))
     X, Y = inst.X, inst.Y

@@ -54,10 +54,11 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._deps import require
 from .._types import FloatArray, Int64Array
+from .._validation import as_real_array, check_int, check_positive
 from ..errors import AttnSVMError, InfeasibleSVMError, NumericalError, SolverError
-from ..gd._engine import check_lr, check_steps, record_steps
+from ..gd._engine import record_steps
 from ..model._attention import logits_of
-from ..model._instance import Instance, as_real_array, require_unmasked
+from ..model._instance import Instance, require_unmasked
 from ..model._losses import LossLike, get_loss
 from ..model._tensor import svm_constraints, svm_rows
 from ..scaling import FLOAT_TINY, LOG_FLOAT_MAX, pow2_split, range_error
@@ -673,6 +674,7 @@ def run_mirror_descent(
     p_norm: float,
     steps: int,
     lr: float,
+    *,
     normalized: bool = True,
     loss: "str | LossLike" = "logistic",
     W0: ArrayLike | None = None,
@@ -718,8 +720,8 @@ def run_mirror_descent(
     p = check_p_norm(p_norm)
     _check_engine_p(p)
     q = p / (p - 1.0)
-    steps = check_steps(steps)
-    lr = check_lr(lr)
+    steps = check_int(steps, "steps")
+    lr = check_positive(lr, "lr", meaning="the step size η")
     lo = get_loss(loss)
     W = np.zeros((inst.d, inst.d)) if W0 is None else np.array(inst.check_weights(W0, "W0"))
     ref = None if reference is None else inst.check_weights(reference, "reference")

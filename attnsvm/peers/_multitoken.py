@@ -50,18 +50,17 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._types import FloatArray
+from .._validation import as_real_array, check_int, check_positive
 from ..errors import AttnSVMError, InvalidInstanceError, NumericalError, SolverError
 from ..gd._engine import direction_corr
 from ..model._attention import logits_of
 from ..model._grad import GradDirection
-from ..model._instance import Instance, as_real_array, require_unmasked
+from ..model._instance import Instance, require_unmasked
 from ..model._losses import LossLike, get_loss
 from ..scaling import pow2_exponent, range_error
 from ..svm._solve import CERTIFY_RTOL, KKTResiduals, MinNormSolution, solve_svm
 from ._prompt import (
     ScaledCore,
-    check_lr,
-    check_steps,
     core_direction,
     core_grad,
     effective_weights,
@@ -96,11 +95,10 @@ __all__ = [
 SELECT_THRESHOLD = 1e-3
 
 
-def random_head(d: int, k: int, seed: int | np.random.Generator = 0) -> FloatArray:
+def random_head(d: int, k: int, *, seed: int | np.random.Generator = 0) -> FloatArray:
     """A random head ``V ∈ ℝ^{d×k}`` with i.i.d. ``N(0, 1/k)`` entries (``numpy.random.default_rng(seed)``)."""
     for name, val in (("d", d), ("k", k)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-            raise InvalidInstanceError(f"{name} must be an integer ≥ 1; got {val!r}")
+        check_int(val, name, error=InvalidInstanceError)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     return rng.standard_normal((d, k)) / math.sqrt(k)
 
@@ -199,7 +197,9 @@ def multitoken_output(inst: Instance, W: ArrayLike, V: ArrayLike) -> FloatArray:
     return put_back(out, e, "the multi-token outputs out_i")
 
 
-def multitoken_risk(inst: Instance, W: ArrayLike, V: ArrayLike, loss: "str | LossLike" = "logistic") -> float:
+def multitoken_risk(
+    inst: Instance, W: ArrayLike, V: ArrayLike, *, loss: "str | LossLike" = "logistic"
+) -> float:
     """``L(W) = (1/n) Σ_i ℓ(Y_i out_i)``.
 
     Scale: any finite data; to a few ulps relative; raises :class:`NumericalError` when ``out`` or
@@ -212,7 +212,7 @@ def multitoken_risk(inst: Instance, W: ArrayLike, V: ArrayLike, loss: "str | Los
 
 
 def multitoken_grad(
-    inst: Instance, W: ArrayLike, V: ArrayLike, loss: "str | LossLike" = "logistic"
+    inst: Instance, W: ArrayLike, V: ArrayLike, *, loss: "str | LossLike" = "logistic"
 ) -> FloatArray:
     """``∇L(W) = (1/n) Σ_i ℓ'(Y_i out_i) Y_i Σ_t s_it (a_it − out_i) x_it z_iᵀ``, ``a_it = x_itᵀ V m_i``.
 
@@ -236,7 +236,7 @@ def multitoken_grad(
 
 
 def normalized_multitoken_grad(
-    inst: Instance, W: ArrayLike, V: ArrayLike, loss: "str | LossLike" = "logistic"
+    inst: Instance, W: ArrayLike, V: ArrayLike, *, loss: "str | LossLike" = "logistic"
 ) -> GradDirection:
     """Unit ``∇L/||∇L||_F`` (log-domain) and ``log||∇L||_F`` of the multi-token risk.
 
@@ -271,6 +271,7 @@ def run_multitoken_gd(
     V: ArrayLike,
     steps: int,
     lr: float,
+    *,
     normalized: bool = False,
     loss: "str | LossLike" = "logistic",
     W0: ArrayLike | None = None,
@@ -300,8 +301,8 @@ def run_multitoken_gd(
       :class:`MultiTokenTrajectory`.
     """
     require_unmasked(inst, "attnsvm.peers.run_multitoken_gd")
-    steps = check_steps(steps)
-    lr = check_lr(lr)
+    steps = check_int(steps, "steps")
+    lr = check_positive(lr, "lr", meaning="the step size η")
     lo = get_loss(loss)
     Va = _check_V(inst, V)
     W = np.zeros((inst.d, inst.d)) if W0 is None else np.array(inst.check_weights(W0, "W0"))
@@ -346,7 +347,7 @@ def run_multitoken_gd(
 
 
 def selected_sets(
-    inst: Instance, W: ArrayLike, threshold: float = SELECT_THRESHOLD
+    inst: Instance, W: ArrayLike, *, threshold: float = SELECT_THRESHOLD
 ) -> list[NDArray[np.intp]]:
     """``O_i = {t : s_it ≥ threshold}`` for each sequence (never empty: the top token has ``s ≥ 1/T``).
 
@@ -438,7 +439,7 @@ def _certified(sol: MinNormSolution, what: str) -> MinNormSolution:
 
 
 def predict_multitoken(
-    inst: Instance, W_gd: ArrayLike, threshold: float = SELECT_THRESHOLD
+    inst: Instance, W_gd: ArrayLike, *, threshold: float = SELECT_THRESHOLD
 ) -> MultiTokenPrediction:
     """Build ``W_dir`` and ``W_fin`` from the selected sets of ``W_gd`` and compare ``W_fin + R·W_dir`` with it.
 
@@ -475,7 +476,7 @@ def predict_multitoken(
     Wg = inst.check_weights(W_gd, "W_gd")
     if not np.any(Wg != 0):
         raise AttnSVMError("W_gd is the zero matrix; there is nothing to predict (run GD first)")
-    sets = selected_sets(inst, Wg, threshold)
+    sets = selected_sets(inst, Wg, threshold=threshold)
     md = mt_data(inst.X, inst.z, np.ones((1, 1)))
     d = inst.d
     # Scale: the rows are 2^−E·a_r (E = ex + ez, from mantissas) and W_gd = 2^ew·Ws (max|Ws| ∈ [½, 1)).

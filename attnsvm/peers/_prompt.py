@@ -51,11 +51,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._types import FloatArray
+from .._validation import as_real_array, check_int, check_positive, check_shape
 from ..errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError
-from ..gd._engine import check_lr, check_steps, projected_path, record_steps
+from ..gd._engine import projected_path, record_steps
 from ..model._attention import logits_of
 from ..model._grad import CANCELLED_MESSAGE, GradDirection, normalized_risk_grad_of, risk_grad_of
-from ..model._instance import Instance, as_real_array, require_unmasked
+from ..model._instance import Instance, require_unmasked
 from ..model._losses import Loss, LossLike, get_loss
 from ..scaling import FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, pow2_split, range_error
 from ..svm._solve import KKTResiduals, MinNormSolution, min_norm_dual
@@ -83,12 +84,7 @@ __all__ = [
 def check_prompt(inst: Instance, p: ArrayLike, name: str = "p") -> FloatArray:
     """Validate a prompt vector: finite real, shape ``(d,)`` (returns a float64 copy)."""
     require_unmasked(inst, "attnsvm.peers.check_prompt")
-    pa = as_real_array(p, name, ndim=1)
-    if pa.shape != (inst.d,):
-        raise InvalidInstanceError(
-            f"{name} must have shape (d,) = ({inst.d},) for this instance; got {pa.shape}"
-        )
-    return pa
+    return check_shape(p, name, (inst.d,), described="(d,)", note=" for this instance")
 
 
 # ============================================================ min-norm problems
@@ -521,7 +517,7 @@ def prompt_output(inst: Instance, W: ArrayLike, p: ArrayLike) -> FloatArray:
     return put_back(fs, data.A, "the prompt outputs f_i")
 
 
-def prompt_risk(inst: Instance, W: ArrayLike, p: ArrayLike, loss: "str | LossLike" = "logistic") -> float:
+def prompt_risk(inst: Instance, W: ArrayLike, p: ArrayLike, *, loss: "str | LossLike" = "logistic") -> float:
     """Risk ``L(p) = (1/n) Σ_i ℓ(Y_i f_i)`` of the prompt model.
 
     Scale: any finite data; to a few ulps relative (as the loss); raises :class:`NumericalError`
@@ -534,7 +530,7 @@ def prompt_risk(inst: Instance, W: ArrayLike, p: ArrayLike, loss: "str | LossLik
 
 
 def prompt_grad(
-    inst: Instance, W: ArrayLike, p: ArrayLike, loss: "str | LossLike" = "logistic"
+    inst: Instance, W: ArrayLike, p: ArrayLike, *, loss: "str | LossLike" = "logistic"
 ) -> FloatArray:
     """Gradient ``∇_p L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i Σ_t s_it (vᵀx_it − f_i) k_it``, shape ``(d,)``.
 
@@ -564,7 +560,7 @@ def prompt_grad(
 
 
 def normalized_prompt_grad(
-    inst: Instance, W: ArrayLike, p: ArrayLike, loss: "str | LossLike" = "logistic"
+    inst: Instance, W: ArrayLike, p: ArrayLike, *, loss: "str | LossLike" = "logistic"
 ) -> GradDirection:
     """Unit direction ``∇_p L/||∇_p L||`` and ``log||∇_p L||``, exact after ``∇_p L`` underflows.
 
@@ -792,6 +788,7 @@ def run_prompt_gd(
     W: ArrayLike,
     steps: int,
     lr: float,
+    *,
     normalized: bool = True,
     p0: ArrayLike | None = None,
     loss: "str | LossLike" = "logistic",
@@ -828,8 +825,8 @@ def run_prompt_gd(
       :class:`PromptTrajectory` with ``.p`` and ``.record``.
     """
     require_unmasked(inst, "attnsvm.peers.run_prompt_gd")
-    steps = check_steps(steps)
-    lr = check_lr(lr)
+    steps = check_int(steps, "steps")
+    lr = check_positive(lr, "lr", meaning="the step size η")
     lo = get_loss(loss)
     Wa = inst.check_weights(W)
     p = np.zeros(inst.d) if p0 is None else np.array(check_prompt(inst, p0, "p0"))
@@ -901,6 +898,7 @@ def prompt_regularization_path(
     inst: Instance,
     W: ArrayLike,
     radii: ArrayLike,
+    *,
     loss: "str | LossLike" = "logistic",
     reference: ArrayLike | None = None,
     max_steps: int = 2000,
@@ -938,8 +936,8 @@ def prompt_regularization_path(
     R_all = as_real_array(radii, "radii", ndim=1)
     if R_all.size == 0 or np.any(R_all <= 0) or np.any(np.diff(R_all) <= 0):
         raise AttnSVMError("radii must be a non-empty, strictly increasing list of positive radii")
-    max_steps = check_steps(max_steps, "max_steps")
-    lr = check_lr(lr)
+    max_steps = check_int(max_steps, "max_steps")
+    lr = check_positive(lr, "lr", meaning="the step size η")
     tol = float(tol)
     if not (math.isfinite(tol) and tol >= 0):
         raise AttnSVMError(f"tol must be a finite number ≥ 0; got {tol!r}")

@@ -121,7 +121,7 @@ def joint_toy(c: float) -> tuple[Instance, FloatArray]:
 
 
 def lp_toy(seed: int = 0) -> Instance:
-    """``random_instance(6, 8, 10, seed, family="unit")``, the ℓp mirror-descent runs' data.
+    """``random_instance(6, 8, 10, seed=seed, family="unit")``, the ℓp mirror-descent runs' data.
 
     References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581.
     """
@@ -133,6 +133,7 @@ def _records(steps: int, points: int = 20) -> NDArray[np.int64]:
 
 
 def toy_figures_data(
+    *,
     prompt_steps: int = PROMPT_TOY_STEPS,
     global_steps: int = 1000,
     joint_steps: int = 2000,
@@ -206,7 +207,7 @@ def toy_figures_data(
             "p_corr": trj.p_corrs,
         }
     # --- lp mirror descent
-    lt = lp_toy(lp_seed)
+    lt = lp_toy(seed=lp_seed)
     at = _records(lp_steps)
     for p in LP_TOY_P:
         trm = run_mirror_descent(lt, p, lp_steps, 0.1, record_at=at, keep_iterates=True)

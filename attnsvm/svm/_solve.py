@@ -64,8 +64,9 @@ from numpy.typing import ArrayLike, NDArray
 from .. import scaling
 from .._deps import require
 from .._types import FloatArray, IntArray
+from .._validation import as_real_array, check_instance
 from ..errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, SolverError, unknown_name
-from ..model._instance import TIE_RTOL, Instance, as_real_array
+from ..model._instance import TIE_RTOL, Instance
 from ..model._tensor import SVMConstraints, constraint_pairs
 from ..scaling import EPS
 
@@ -1393,7 +1394,7 @@ def _solve_nuc(inst: Instance, u: _UnitSVM) -> SVMSolution:
 
 
 def solve_svm(
-    inst: Instance, alpha: ArrayLike | None = None, norm: str = "fro", method: str = "auto"
+    inst: Instance, alpha: ArrayLike | None = None, *, norm: str = "fro", method: str = "auto"
 ) -> SVMSolution:
     """Solve Att-SVM(α) and certify the solution.
 
@@ -1430,8 +1431,7 @@ def solve_svm(
       UnknownNameError: unknown ``norm`` or ``method``.
       AttnSVMError: ``method="dual"``/``"vector"`` with ``norm="nuc"``, or a bad ``alpha``.
     """
-    if not isinstance(inst, Instance):
-        raise InvalidInstanceError(f"inst must be an attnsvm.Instance; got {type(inst).__name__}")
+    check_instance(inst)
     if norm not in SVM_NORMS:
         raise unknown_name("norm", norm, SVM_NORMS)
     if method not in SVM_METHODS:
@@ -1501,8 +1501,7 @@ def local_optimality_report(inst: Instance, alpha: ArrayLike | None = None) -> L
     Raises:
       SolverError: the Att-SVM(α) solution could not be certified.
     """
-    if not isinstance(inst, Instance):
-        raise InvalidInstanceError(f"inst must be an attnsvm.Instance; got {type(inst).__name__}")
+    check_instance(inst)
     pairs, a = _pairs_alpha(inst, alpha)
     try:
         _check_trivially_infeasible(inst, pairs, a)

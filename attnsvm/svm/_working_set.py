@@ -77,6 +77,7 @@ import scipy.sparse.linalg
 from numpy.typing import ArrayLike
 
 from .._types import BoolArray, FloatArray, IntArray
+from .._validation import check_instance
 from ..errors import InvalidInstanceError, SolverError
 from ..model._instance import Instance
 from ..model._tensor import SVMConstraints
@@ -493,8 +494,7 @@ def solve_svm_working_set(
       InvalidInstanceError: bad ``inst``, ``alpha``, ``chunk`` or ``max_working_set``.
     """
     t0 = time.perf_counter()
-    if not isinstance(inst, Instance):
-        raise InvalidInstanceError(f"inst must be an attnsvm.Instance; got {type(inst).__name__}")
+    check_instance(inst)
     for name, val in (("chunk", chunk), ("max_working_set", max_working_set)):
         if val is not None and (not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1):
             raise InvalidInstanceError(f"{name} must be a positive integer or None; got {val!r}")

@@ -340,7 +340,7 @@ class _Model:
             self.s = np.array(l)
             self.rel = None
             return
-        self.log_s = log_attention(inst, W, kind)
+        self.log_s = log_attention(inst, W, kind=kind)
         with np.errstate(under="ignore"):
             self.s = np.exp(self.log_s)
         b = l if kind == "softmax" else log_phi(l)
@@ -393,7 +393,7 @@ def compare_attention(
     u, tiny, name = _precision(dtype, eps, got)
     arr = _result(got, (inst.n, inst.T), "attention weights")
     model = _Model(inst, Wa, kind, u, tiny, logit_magnitude, logit_terms)
-    ref = attention(inst, Wa, kind)
+    ref = attention(inst, Wa, kind=kind)
     return _report("attention weights", np.abs(arr - ref), model.weight_bound(), u, name)
 
 
@@ -448,7 +448,7 @@ def compare_output(
     arr = _result(got, (inst.n,), "outputs")
     from ..model._attention import output
 
-    ref = output(inst, Wa, kind)
+    ref = output(inst, Wa, kind=kind)
     model = _Model(inst, Wa, kind, u, tiny, logit_magnitude, logit_terms)
     a, m0 = _values(inst)
     m = _magnitude(value_magnitude, m0, "value_magnitude")
@@ -557,7 +557,7 @@ def compare_gradient(
     got = fn(inst, Wa.copy())
     u, tiny, name = _precision(dtype, eps, got)
     g = _result(got, (inst.d, inst.d), "gradient")
-    ref = normalized_risk_grad(inst, Wa, loss)
+    ref = normalized_risk_grad(inst, Wa, loss=loss)
     model = _Model(inst, Wa, "softmax", u, tiny, logit_magnitude, logit_terms)
     _, m0 = _values(inst)
     m = _magnitude(value_magnitude, m0, "value_magnitude")
