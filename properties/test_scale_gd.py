@@ -48,7 +48,6 @@ from _discards import Tally, bounded_discards, too_many_discards
 from hypothesis import event, example, given, note, settings, target
 from hypothesis import strategies as st
 
-import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import AttnSVMError, NumericalError
 from attnsvm.gd._engine import regularization_path, run_gd, run_gd_batch, run_gd_kq
@@ -216,8 +215,25 @@ def test_plain_run_gd_is_scale_equivariant(case: tuple[Instance, Instance, int])
     lr = LR / 2
     try:
         ref = run_gd(orig, STEPS, lr, normalized=False, record_at=1, keep_iterates=True)
-    except NumericalError as exc:  # e.g. token values below the normal range: the same at any scale
-        event("unit-scale run refuses")
+    except NumericalError as exc:
+        if "of plain GD" in str(exc) and ("step η·∇L" in str(exc) or "iterate W_" in str(exc)):
+            # a step or an iterate outside the normal range at unit scale: the scaled run may be in range;
+            # then one of its iterates, brought back to unit scale (·2^j), must be outside it
+            event("unit-scale iterate outside the range")
+            try:
+                tr = run_gd(
+                    inst, STEPS, math.ldexp(lr, -2 * j), normalized=False, record_at=1, keep_iterates=True
+                )
+            except NumericalError:
+                return
+            exps = [
+                math.frexp(float(np.max(np.abs(r.W))))[1] + j
+                for r in tr.record
+                if r.W is not None and np.any(r.W)
+            ]
+            assert any(e < -1021 or e > 1024 for e in exps) or tr.stop_reason != "steps", exc
+            return
+        event("unit-scale run refuses")  # e.g. token values below the normal range: the same at any scale
         try:
             run_gd(inst, STEPS, math.ldexp(lr, -2 * j), normalized=False)
         except NumericalError:
@@ -396,21 +412,6 @@ def test_normalized_run_gd_is_scale_equivariant_masked(case: tuple[Instance, Ins
         _assert_allowed(orig, toks)
 
 
-def _stalls_below_the_range(ref: Any, orig: Instance, lr: float) -> bool:
-    """The unit-scale plain run ``ref`` stopped "stalled" at a step ``η·||∇L(W_t)||`` below float64's
-    normal range.
-
-    Such a stall is a range event, not a precision one: from ``W_t = 0`` the update rounds to 0 because it
-    is below 2^−1075, and the scaled run (the same problem, every number ×2^−j) takes a normal step, or
-    raises the range error where the step is subnormal. The equivariance claim holds where the unit-scale
-    step is in range; see :data:`_RANGE_STALL` (a library finding).
-    """
-    if ref is None or ref.stop_reason != "stalled":
-        return False
-    g = A.normalized_risk_grad(orig, ref.W)  # run_gd's loss: logistic (its default)
-    return math.log(lr) + g.log_norm < math.log(FLOAT_TINY)
-
-
 def _unit_plain_run(orig: Instance, lr: float) -> Any:
     """The unit-scale plain run (records every step), or None where it refuses (the plain body asserts
     that the scaled run refuses too)."""
@@ -423,13 +424,9 @@ def _unit_plain_run(orig: Instance, lr: float) -> Any:
 #: Found by test_plain_run_gd_is_scale_equivariant_masked (ci, 2026-12-02) on a masked instance (below),
 #: reduced by hand to the unmasked one it equals (the masked token is a copy of an allowed one): one
 #: sequence, d = 1, tokens 1.39e-98 and 1.82e-229, query 1.82e-229, v = −2. ||∇L(0)|| ≈ 9e-426, so plain
-#: GD's first step η∇L (η = 0.05) is ≈ 4e-427: at unit scale the update rounds to 0 and run_gd stops
-#: "stalled" with W = 0. The same problem scaled by 2^j (X, z ×2^jx, v ×2^−jx, j = 2·jx) takes 20 normal
-#: steps at j = −396 (step ×2^396 ≈ 7e-308) and raises "W_1 underflows float64's normal range" at
-#: j = −342 (step ≈ 4e-324, subnormal). One event (the iterate below the range) is a silent stop at one
-#: scale, steps at another, an error at a third: plain GD's stall test (``np.array_equal(Wn, W)`` in
-#: run_gd, attnsvm/gd/_engine.py) also fires when the step underflows absolutely, which the scale-free
-#: test before it (``g_dir.log_norm < LOG_FLOAT_TINY``, on g' = ∇L/2^k) does not cover.
+#: GD's first step η∇L (η = 0.05) is ≈ 4e-427, below the range. run_gd used to stop "stalled" with W = 0 at
+#: unit scale (its stall test fired on the absolute underflow), step at j = −396 and raise at j = −342; it
+#: now raises the range error at unit scale (test_plain_gd_step_below_the_range_is_the_range_error).
 _RANGE_STALL = Instance(
     np.array([[[1.39025039e-98], [1.81847615e-229]]]),
     np.array([1.0]),
@@ -452,51 +449,37 @@ _RANGE_STALL_MASKED = [
 _PLAIN_MASKED = Tally()
 
 
-# (The found cases are not @example-pinned here: two set-aside examples would break the discard bound of
-# the 25-example mutation profile; test_range_stall_finding_as_it_stands asserts that the screen sees them.)
 @bounded_discards(_PLAIN_MASKED)
 @given(value_preserving_scales(lr_power=2, base=masked_instances))
+@example((_RANGE_STALL_MASKED[0], S.scaled(_RANGE_STALL_MASKED[0], jx=-198, jz=-198, jv=198), -396))
+@example((_RANGE_STALL_MASKED[1], S.scaled(_RANGE_STALL_MASKED[1], jx=-171, jz=-171, jv=171), -342))
 def test_plain_run_gd_is_scale_equivariant_masked(case: tuple[Instance, Instance, int]) -> None:
-    """Oracle: the unit-scale masked plain-GD run, ·2^−j (plain body); tokens allowed. Set aside (counted,
-    bounded): a unit-scale run that stalls at a step below the range (the library finding, pinned)."""
+    """Oracle: the unit-scale masked plain-GD run, ·2^−j (plain body); tokens allowed."""
     orig = case[0]
     _kind(orig)
     _PLAIN_MASKED.run += 1
-    ref = _unit_plain_run(orig, LR / 2)
-    if _stalls_below_the_range(ref, orig, LR / 2):
-        _PLAIN_MASKED.discard("the unit-scale run stalls at a step below the range (library finding)")
-        return
     test_plain_run_gd_is_scale_equivariant.hypothesis.inner_test(case)
+    ref = _unit_plain_run(orig, LR / 2)
     for r in [] if ref is None else ref.record:
         _assert_allowed(orig, r.tokens)
 
 
-def test_range_stall_finding_as_it_stands() -> None:
-    """The finding's current behaviour (oracle: the exact scaling; the masked twin's screen must see it):
-    unit scale "stalled" with W = 0; j = −396 twenty normal steps; j = −342 the range error."""
+def test_plain_gd_step_below_the_range_is_the_range_error() -> None:
+    """Regression (found by the masked twin, 2026-12-02): where plain GD's first step η∇L(0) ≈ 4e-427 is
+    below float64's range, run_gd raised nothing and stopped "stalled" with W = 0 at unit scale, stepped at
+    j = −396 and raised at j = −342. Now (oracle: the exact scaling) unit scale raises the range error
+    naming the step, as the subnormal scale j = −342 does for its iterate, and j = −396, where every iterate
+    is normal, runs all its steps."""
     lr = LR / 2
-    assert _stalls_below_the_range(_unit_plain_run(_RANGE_STALL, lr), _RANGE_STALL, lr)
-    for inst in _RANGE_STALL_MASKED:
-        assert _stalls_below_the_range(_unit_plain_run(inst, lr), inst, lr)
+    for inst in [_RANGE_STALL, *_RANGE_STALL_MASKED]:
+        with pytest.raises(NumericalError, match=r"^the step η·∇L of plain GD at step 1 .*normal range"):
+            run_gd(inst, STEPS, lr, normalized=False)
     steps = run_gd(
         S.scaled(_RANGE_STALL, jx=-198, jz=-198, jv=198), STEPS, math.ldexp(lr, 792), normalized=False
     )
     assert steps.stop_reason == "steps" and np.all(steps.W != 0)
     with pytest.raises(NumericalError, match="normal range"):
         run_gd(S.scaled(_RANGE_STALL, jx=-171, jz=-171, jv=171), STEPS, math.ldexp(lr, 684), normalized=False)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="library finding: plain run_gd stops 'stalled' (W = 0) where its step underflows below the "
-    "range at unit scale, while the same problem at j = -342 raises the range error (attnsvm/gd/_engine.py)",
-)
-def test_finding_plain_gd_step_below_the_range_is_a_range_error_at_every_scale() -> None:
-    """Claim (the scale contract, consistent across scales): where plain GD's iterate is below float64's
-    normal range, run_gd raises the range error — as it does at j = −342 — also at unit scale, where the
-    step (≈ 4e-427) rounds to 0 and the run now stops "stalled" with W = 0 instead."""
-    with pytest.raises(NumericalError, match="normal range"):
-        run_gd(_RANGE_STALL, STEPS, LR / 2, normalized=False)
 
 
 @costly

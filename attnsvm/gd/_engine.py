@@ -265,6 +265,16 @@ def _rescale(inst: Instance) -> _Scaled:
     with np.errstate(over="ignore"):
         v2 = ldexp_scale(inst.v, -ex)
         exact = bool(np.all(np.isfinite(v2))) and bool(np.array_equal(ldexp_scale(v2, ex), inst.v))
+    if not exact and np.all(np.isfinite(v2)):
+        # Entries of v·2^ex below the normal range were rounded (to subnormals or 0), each by at most
+        # 2^−1075. That is harmless where it moves no token value x'ᵀv' (|x'| ≤ 1) by more than the value's
+        # own rounding, eps·Σ_k|x'_tk v'_k|: v = (1, 2e-182) with x ≈ 2e-182 has normal values although
+        # v'_1 underflows. The test in units of 2^−1075: Σ_k|x'_tk|·[v'_k rounded] ≤ 2^1023·Σ_k|x'_tk v'_k|.
+        Xs = np.abs(ldexp_scale(inst.keys, ex))
+        with np.errstate(over="ignore"):
+            back = ldexp_scale(v2, ex)
+            moved = Xs @ (back != inst.v).astype(np.float64)
+            exact = bool(np.all(moved <= (Xs @ np.abs(v2)) * 2.0**1023))
     if not exact:
         # v·2^ex overflowed or went subnormal: the values vᵀx_it (size ~ |v|·|X|) are not normal doubles.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -686,6 +696,18 @@ def run_gd(
                         f"(||∇L|| ≈ 2^{sc.k}·e^{g_dir.log_norm:.4g}); lower lr"
                     )
                 if np.array_equal(Wn, W):
+                    # log ||η∇L||_F = log η + k·ln 2 + log ||g'||: a step below the normal range that is not
+                    # also below W's own rounding (W = 0, say) vanished by underflow, not by rounding
+                    # against W: the next iterate is not a normal double (at another scale it is; the
+                    # same run), the contract's error. Below W's rounding it is a stall at every scale.
+                    log_step = math.log(lr) + sc.k * _LN2 + g_dir.log_norm
+                    w_max = float(np.max(np.abs(W), initial=0.0))
+                    if log_step < LOG_FLOAT_TINY and (w_max == 0.0 or log_step > math.log(w_max * _EPS)):
+                        raise range_error(
+                            f"the step η·∇L of plain GD at step {t}",
+                            log_step,
+                            remedy="Scale lr (and W0) with the data: X·2^a, z·2^b is the same problem in W·2^−(a+b)",
+                        )
                     stop, saturated = "stalled", True
                     t -= 1
                     break
