@@ -630,3 +630,21 @@ def test_property_scale_sweep(seed, data):
         side = "overflows" if k > 1024 else "underflows"
         with pytest.raises(NumericalError, match=side):
             attention_matrix(m, 0)
+
+
+def test_gpt2_causal_weights_are_the_causal_sequence_instance():
+    """Oracle: GPT2Attention's own eager weights under a causal mask, for every query position at once:
+    ``Instance.from_sequences(X, Y, v, causal=True)`` with the adapter's W gives them row by row (row
+    ``i·T + k`` is query ``k`` of sequence ``i`` over its prefix), within the float64 weight bound."""
+    mod = _gpt2()
+    E, dh, T = 8, 4, 6
+    X = torch.randn(2, T, E, generator=_gen(11), dtype=torch.float64)
+    Xn = X.numpy()
+    ref = _np(mod(X, attention_mask=_causal_mask(T), output_attentions=True)[-1])
+    Wc = _np(mod.c_attn.weight)
+    bound = _weight_bound(Wc[:, :E].T, Wc[:, E : 2 * E].T, 0, 0, Xn, Xn, 0.5, dh)
+    inst = A.Instance.from_sequences(Xn, np.ones((2, T)), np.ones(E), causal=True)
+    for h in range(2):
+        s = A.attention(inst, attention_matrix(mod, h)).reshape(2, T, T)
+        assert np.max(np.abs(s - ref[:, h])) <= bound
+        assert np.all(s[:, np.triu_indices(T, 1)[0], np.triu_indices(T, 1)[1]] == 0.0)  # no later token
