@@ -9,7 +9,10 @@ Rounding margins (named, derived):
 * ``PAIR_ULPS``: one evaluation of the map at ``W`` has absolute error per weight
   ``≤ c·EPS·(T + |l − max l| + 2dΛ)·s`` (log-sum-exp, exp, and the logits' own rounding,
   ``Λ = Σ_kj |x_k W_kj z_j|``) for the normalised kinds and ``≤ c·d²·EPS·Λ`` for linear; a
-  difference of two evaluations doubles it. ``c = 8`` covers the handful of roundings.
+  difference of two evaluations doubles it. ``c = 8`` covers the handful of roundings. With gradual
+  underflow each operation also has an absolute error ≤ 2^−1075 (Higham, *Accuracy and Stability*, §2.1:
+  ``fl(x op y) = (x op y)(1 + δ) + η``): ``UNDERFLOW_OPS`` of them per output entry, which matter only where
+  values or weights are subnormal (values 1e-308 at the bottom of the range, say).
 * ``SVD_ULPS``: a singular value from a backward-stable SVD of an ``m × p`` matrix is within
   ``~(m + p)·EPS·||J||₂`` of exact; 8 ulps of headroom per dimension.
 
@@ -62,6 +65,9 @@ from attnsvm.scaling import FLOAT_MAX, FLOAT_TINY
 
 EPS = float(np.finfo(np.float64).eps)
 PAIR_ULPS = 8.0
+#: Operations per evaluated entry, each with an absolute underflow error ≤ 2^−1075: the logits (2d² per
+#: token), the log-sum-exp and its exp (~4 per token), the output's sum (2 per token).
+UNDERFLOW_OPS_PER_TOKEN = 8
 SVD_ULPS = 8.0
 
 KINDS = ("softmax", "linear", "normalized_linear")
@@ -205,9 +211,18 @@ def _eval_error(inst: Instance, kind: str, of: str, W: np.ndarray) -> float:
             inst.T + np.abs(lg - lg.max(axis=1, keepdims=True)) + 2 * inst.d * lam + 1 + np.abs(lg)
         ) * np.abs(s)
     if of == "output":
-        a = np.abs(inst.values())
+        with np.errstate(
+            under="ignore"
+        ):  # values below the normal range: their absolute error is counted below
+            a = np.abs(np.einsum("ntk,k->nt", inst.X, inst.v))
         per = np.sum(per * a, axis=1) + inst.T * np.sum(np.abs(s) * a, axis=1)
-    return PAIR_ULPS * EPS * float(np.linalg.norm(per))
+    return PAIR_ULPS * (EPS * float(np.linalg.norm(per)) + _underflow_error(inst, per.size))
+
+
+def _underflow_error(inst: Instance, entries: int) -> float:
+    """The evaluation's absolute underflow error in the 2-norm: ``√entries`` entries, each from
+    ``UNDERFLOW_OPS_PER_TOKEN·(T + d²)`` operations of absolute error ≤ 2^−1075 each."""
+    return math.sqrt(entries) * UNDERFLOW_OPS_PER_TOKEN * (inst.T + inst.d**2) * 2.0**-1075
 
 
 def _eval_error_masked(inst: Instance, kind: str, of: str, W: np.ndarray) -> float:
@@ -226,9 +241,10 @@ def _eval_error_masked(inst: Instance, kind: str, of: str, W: np.ndarray) -> flo
     else:
         per = np.where(ok, (Ti + np.abs(lg - top) + 2 * inst.d * lam + 1 + np.abs(lg)) * np.abs(s), 0.0)
     if of == "output":
-        a = np.abs(inst.values())  # 0 at masked tokens
+        with np.errstate(under="ignore"):  # 0 at masked tokens (their keys are 0)
+            a = np.abs(np.einsum("ntk,k->nt", inst.keys, inst.v))
         per = np.sum(per * a, axis=1) + Ti[:, 0] * np.sum(np.abs(s) * a, axis=1)
-    return PAIR_ULPS * EPS * float(np.linalg.norm(per))
+    return PAIR_ULPS * (EPS * float(np.linalg.norm(per)) + _underflow_error(inst, per.size))
 
 
 @st.composite
