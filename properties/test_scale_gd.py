@@ -258,12 +258,9 @@ def test_plain_run_gd_is_scale_equivariant(case: tuple[Instance, Instance, int])
     _count(_check_run(run, Ws, j, compare))
 
 
-@costly
-@given(st.data(), st.booleans(), st.booleans())
-def test_batched_engine_agrees_with_run_gd_at_every_scale(data: Any, fast: bool, normalized: bool) -> None:
-    """Oracle: run_gd on the same scaled data (itself checked by the two properties above), with the
-    step scaled like the data (normalized ``lr·2^−j``, plain ``lr·2^−2j``)."""
-    _, inst, j = data.draw(value_preserving_scales(lr_power=1 if normalized else 2))
+def _batch_against_run_gd(inst: Instance, j: int, fast: bool, normalized: bool) -> Any:
+    """run_gd_batch against run_gd on the scaled data (step scaled like the data); the batch's trajectory,
+    or None where both refuse or plain GD stopped before its first step."""
     lr = math.ldexp(LR, -j) if normalized else math.ldexp(LR / 2, -2 * j)
     event(f"fast path {fast}, normalized {normalized}")
     try:
@@ -273,23 +270,33 @@ def test_batched_engine_agrees_with_run_gd_at_every_scale(data: Any, fast: bool,
         try:
             run_gd_batch([inst], STEPS, lr, normalized=normalized, fast_path=fast)
         except NumericalError:
-            return
+            return None
         raise AssertionError(f"run_gd refuses ({exc}); run_gd_batch must raise NumericalError too") from exc
     if tr.saturated:  # plain GD stopped early (underflow/stall): the batch keeps stepping, as documented
         event("plain run_gd stopped early: compared up to its stop")
         bt = run_gd_batch([inst], max(tr.steps_run, 1), lr, normalized=normalized, fast_path=fast)
         if tr.steps_run == 0:
-            return
+            return None
     else:
         bt = run_gd_batch([inst], STEPS, lr, normalized=normalized, fast_path=fast)
     m = float(np.max(np.abs(tr.W)))
     if m == 0.0:
         assert float(np.max(np.abs(bt.W[0]))) == 0.0
-        return
+        return bt
     err = float(np.max(np.abs(bt.W[0] - tr.W))) / m
     target(err, label="batched vs run_gd")
     assert err <= RTOL_BATCH, err
     np.testing.assert_array_equal(bt.final_tokens[0], tr.final_tokens)
+    return bt
+
+
+@costly
+@given(st.data(), st.booleans(), st.booleans())
+def test_batched_engine_agrees_with_run_gd_at_every_scale(data: Any, fast: bool, normalized: bool) -> None:
+    """Oracle: run_gd on the same scaled data (itself checked by the two properties above), with the
+    step scaled like the data (normalized ``lr·2^−j``, plain ``lr·2^−2j``)."""
+    _, inst, j = data.draw(value_preserving_scales(lr_power=1 if normalized else 2))
+    _batch_against_run_gd(inst, j, fast, normalized)
 
 
 @costly
@@ -492,33 +499,9 @@ def test_batched_engine_agrees_with_run_gd_at_every_scale_masked(
     ``RTOL_BATCH`` and the same (allowed) final tokens."""
     orig, inst, j = data.draw(value_preserving_scales(lr_power=1 if normalized else 2, base=masked_instances))
     _kind(orig)
-    lr = math.ldexp(LR, -j) if normalized else math.ldexp(LR / 2, -2 * j)
-    event(f"fast path {fast}, normalized {normalized}")
-    try:
-        tr = run_gd(inst, STEPS, lr, normalized=normalized)
-    except NumericalError as exc:
-        event("run_gd refuses")
-        try:
-            run_gd_batch([inst], STEPS, lr, normalized=normalized, fast_path=fast)
-        except NumericalError:
-            return
-        raise AssertionError(f"run_gd refuses ({exc}); run_gd_batch must raise NumericalError too") from exc
-    if tr.saturated:  # plain GD stopped early (underflow/stall): the batch keeps stepping, as documented
-        event("plain run_gd stopped early: compared up to its stop")
-        bt = run_gd_batch([inst], max(tr.steps_run, 1), lr, normalized=normalized, fast_path=fast)
-        if tr.steps_run == 0:
-            return
-    else:
-        bt = run_gd_batch([inst], STEPS, lr, normalized=normalized, fast_path=fast)
-    _assert_allowed(inst, bt.final_tokens[0])
-    m = float(np.max(np.abs(tr.W)))
-    if m == 0.0:
-        assert float(np.max(np.abs(bt.W[0]))) == 0.0
-        return
-    err = float(np.max(np.abs(bt.W[0] - tr.W))) / m
-    target(err, label="batched vs run_gd")
-    assert err <= RTOL_BATCH, err
-    np.testing.assert_array_equal(bt.final_tokens[0], tr.final_tokens)
+    bt = _batch_against_run_gd(inst, j, fast, normalized)
+    if bt is not None:
+        _assert_allowed(inst, bt.final_tokens[0])
 
 
 @costly
