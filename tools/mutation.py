@@ -161,7 +161,12 @@ TESTS: dict[str, list[str]] = {
         "tests/test_scale_peers.py",
         "properties/test_scale_peers.py",
     ],
-    "strategies": ["tests/test_strategies.py", "tests/test_strategies_scale.py"],
+    "strategies": [
+        "tests/test_strategies.py",
+        "tests/test_strategies_scale.py",
+        "tests/test_strategies_masks.py",
+    ],
+    "validation": ["tests/test_validation.py", "tests/test_instance.py", "properties/test_bad_input.py"],
 }
 
 #: The file of each module key (the keys of :data:`TESTS` name the results, ``docs/mutation/KEY.json``).
@@ -181,6 +186,7 @@ PATHS: dict[str, str] = {
     "mirror": "attnsvm/peers/_mirror.py",
     "multitoken": "attnsvm/peers/_multitoken.py",
     "strategies": "attnsvm/strategies.py",
+    "validation": "attnsvm/_validation.py",
 }
 
 #: mutmut's exit-code meanings (mutmut.stats.status_by_exit_code, 3.8.1), the ones that occur.
