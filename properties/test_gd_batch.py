@@ -815,15 +815,17 @@ def _mixed(v: float) -> Instance:
     return A.Instance(np.stack([_MIXED_X] * 3), np.ones(3), np.array([v, v]), _MIXED_X.copy())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library finding (run_gd_batch / _TorchBatch): with v = 3e-237 both paths return the direction "
-    "e_11 with log||∇L|| = -1.0e272 where the single form (and run_gd) give e_10 at -1179",
-)
 def test_finding_engine_direction_on_mixed_magnitude_data() -> None:
-    """Oracle: run_gd (the single form) on the same data. At ``W = 1e-260·_MIXED_W`` (||W|| ≈ 3e14) one
-    normalized step of run_gd_batch must equal run_gd's to RTOL_DIRECTION and record the same log10 ||∇L||.
-    Today: log10 ||∇L|| −4.4e11 against −512.0, and the iterate 1.37·lr away (a different direction)."""
+    """Regression (was a strict xfail): with v = 3e-237 both engine paths returned the direction e_11 with
+    log||∇L|| = −1.0e272 where the single form gives e_10 at −1179 (log10 ||∇L|| −4.4e11 against −512.0).
+    Cause: ``torch.linalg.vector_norm`` of the query (9.68e-275, 0) squares to 0, so sequence 0 read as dead
+    and the scale came from sequence 1 (weight e^−1e272); and the products c·x·z ≈ 3e-237·1e-274 of the live
+    sequence underflowed (the engine factored out the largest loss factor, not the largest term). Now
+    the norms of tiny rows are formed scaled, and such "mixed" instances run the log-domain path on
+    per-sequence power-of-two scaled data (``_TorchBatch._init_mixed``).
+
+    Oracle: run_gd (the single form) on the same data. At ``W = 1e-260·_MIXED_W`` (||W|| ≈ 3e14) one
+    normalized step of run_gd_batch must equal run_gd's to RTOL_DIRECTION and record the same log10 ||∇L||."""
     inst, W = _mixed(2.99877753e-237), 1e-260 * _MIXED_W
     tr = run_gd(inst, 1, 0.1, W0=W, record_at=1)
     for fast_path in (True, False):
@@ -832,20 +834,25 @@ def test_finding_engine_direction_on_mixed_magnitude_data() -> None:
         assert abs(bt.log10_grad_norms[-1, 0] - tr.log10_grad_norms[-1]) <= RTOL_DIRECTION * 512, fast_path
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library finding (run_gd_batch / _TorchBatch): with v = 1 both paths flag the gradient as "
-    "cancelled (NumericalError) where the exact ||∇L|| is 4e14 times the cancellation level and run_gd steps",
-)
 def test_finding_engine_refuses_a_clear_gradient_on_mixed_magnitude_data() -> None:
-    """Oracle: run_gd (the single form), and mpmath: ||∇L|| / (nT·eps·Σ|w||x||z| + VE) = 4.1e14, far above
-    the refusal threshold CANCELLATION_FACTOR = 8. run_gd takes the step; run_gd_batch must too."""
+    """Regression (was a strict xfail): with v = 1 both engine paths flagged the gradient as cancelled
+    (NumericalError) where run_gd steps. Cause: the query norm ||(9.68e-275, 0)|| underflowed to 0 in
+    ``vector_norm``, so the one sequence that carries ∇L (≈ e^−635) read as dead and G was 0.
+
+    Oracle: run_gd (the single form), and mpmath: ||∇L|| / (nT·eps·Σ|w||x||z| + VE) = 4.1e14, far above
+    the refusal threshold CANCELLATION_FACTOR = 8. run_gd takes the step; run_gd_batch must too, and record
+    the same log10 ||∇L|| (run_gd's, and mpmath's exact one, ≈ −275.8). A step of 0.1 does not show on entries
+    of 2e274, so the iterates are compared entrywise (max-abs: ||W||_F of such entries overflows in numpy)."""
     inst = _mixed(1.0)
-    assert _mp_ratios(inst, _MIXED_W, "logistic").cancellation > 1e14
-    tr = run_gd(inst, 1, 0.1, W0=_MIXED_W)
+    exact = _mp_ratios(inst, _MIXED_W, "logistic")
+    assert exact.cancellation > 1e14
+    tr = run_gd(inst, 1, 0.1, W0=_MIXED_W, record_at=[0])
+    lg_exact = exact.log_norm / math.log(10.0)
+    assert abs(tr.log10_grad_norms[0] - lg_exact) <= RTOL_DIRECTION * abs(lg_exact)
     for fast_path in (True, False):
-        bt = run_gd_batch([inst], 1, 0.1, W0=_MIXED_W[None], fast_path=fast_path)
-        assert np.linalg.norm(bt.W[0] - tr.W) <= RTOL_DIRECTION * np.linalg.norm(tr.W), fast_path
+        bt = run_gd_batch([inst], 1, 0.1, W0=_MIXED_W[None], fast_path=fast_path, record_at=[0])
+        assert np.max(np.abs(bt.W[0] - tr.W)) <= RTOL_DIRECTION * np.max(np.abs(tr.W)), fast_path
+        assert abs(bt.log10_grad_norms[0, 0] - lg_exact) <= RTOL_DIRECTION * abs(lg_exact), fast_path
 
 
 def _tiny_component() -> Instance:

@@ -577,3 +577,32 @@ def test_masked_property_discards_are_rare() -> None:
     if _tally["all"] == 0:
         pytest.skip("selected alone: the property did not run in this session")
     assert _tally["discarded"] <= MAX_DISCARDED_FRACTION * _tally["all"], _tally
+
+
+#: Mixed-magnitude rows (properties/test_gd_batch.py's finding, ordered so that the tiny query (9.68e-275, 0)
+#: is the last position and, causally, sees every token): its sequence carries ∇L (≈ e^−1179, e_10), the
+#: query (0, 1) sees one token (no gradient), and (0, 0) is a dead query.
+_MIXED_ROWS = np.array([[0.0, 1.0], [0.0, 0.0], [9.68302956e-275, 0.0]])
+_MIXED_W = 1e-260 * np.array([[0.0, 2.03113637e274], [2.14751130e274, -1.00331680e272]])
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_causal_mixed_magnitude_sequence_runs_as_run_gd(fast_path: bool) -> None:
+    """Regression: on the causal sequence-to-sequence instance of mixed-magnitude rows (entries 1 and 9.68e-275,
+    values 3e-237) the batched engine refused ("cancel to rounding level": the norm of the query underflowed,
+    so its sequence read as dead, and the products c·x·z ≈ 1e-511 underflowed). Now the instance runs on
+    per-sequence scaled data in the log-domain path. Oracle: run_gd (the single form with the mask); the
+    batch also holds an ordinary instance of the same shape, which must run exactly as alone (bit for bit:
+    its data are not rescaled)."""
+    inst = A.Instance.from_sequences(
+        _MIXED_ROWS[None], np.ones((1, 3)), np.array([3e-237, 3e-237]), causal=True
+    )
+    other = A.random_instance(3, 3, 2, seed=4)
+    tr = run_gd(inst, 2, 0.1, W0=_MIXED_W, record_at=[0, 1, 2])
+    W0 = np.stack([np.zeros((2, 2)), _MIXED_W])
+    bt = run_gd_batch([other, inst], 2, 0.1, W0=W0, fast_path=fast_path, record_at=[0, 1, 2])
+    assert np.max(np.abs(bt.W[1] - tr.W)) <= RTOL_ENGINES * np.max(np.abs(tr.W))
+    assert np.allclose(bt.log10_grad_norms[:, 1], tr.log10_grad_norms, rtol=RTOL_ENGINES, atol=0.0)
+    alone = run_gd_batch([other], 2, 0.1, fast_path=fast_path, record_at=[0, 1, 2])
+    assert np.array_equal(bt.W[0], alone.W[0])
+    assert np.array_equal(bt.log10_grad_norms[:, 0], alone.log10_grad_norms[:, 0])

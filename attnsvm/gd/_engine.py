@@ -999,10 +999,12 @@ class _TorchBatch:
         self._q_feat = [self._q[k] for k in range(d)]  # (B, n) each
         self._w_tok = [self._w[t] for t in range(T)]  # (B, n) each
         self._Bn = B * n
-        # ||x_it|| ||z_i|| (T, B, n) and its max over tokens: the scale of the rounding error of G
-        self._xz = (
-            torch.linalg.vector_norm(self.Xt, dim=1) * torch.linalg.vector_norm(self.zB, dim=2)
-        ).contiguous()
+        # ||x_it|| ||z_i|| (T, B, n) and its max over tokens: the scale of the rounding error of G. A norm
+        # squares its entries: rows below ~1e-154 would read 0 (a live sequence taken for dead), so those
+        # rows' norms are formed from the row scaled by a power of two (exact; the others unchanged).
+        x_norm = self._row_norm(self.Xt, 1)  # (T, B, n)
+        z_norm = self._row_norm(self.zB, 2)  # (B, n)
+        self._xz = (x_norm * z_norm).contiguous()
         self._xz_max = self._xz.amax(dim=0)
         # A sequence with z_i = 0 (or x_i· = 0) contributes nothing to G, however large its weights: it
         # must not set the scale of an instance (its weights would mask the others' underflow).
@@ -1061,6 +1063,109 @@ class _TorchBatch:
         #: and ``(sequence, δf)`` of the first such instance, for the error message.
         self.undetermined: Any | None = None
         self.undetermined_detail: dict[int, tuple[int, float]] = {}
+        self._init_mixed(np.asarray(X, dtype=np.float64), np.asarray(z, dtype=np.float64), np.asarray(v), kw)
+
+    #: Mixed-magnitude data (see :meth:`_init_mixed`): a live sequence whose keys or query have their
+    #: largest entry below ``2^−SEQ_MODERATE``, or whose terms ``c·x zᵀ`` (``c`` of the size of its values,
+    #: ``≤ d·2^(kx+kv)``) have the scale ``2^(2kx + kz + kv)`` outside ``2^±TERM_MODERATE``, makes its instance
+    #: "mixed". Otherwise a sequence's largest term is within 2^±800 and those that matter (≥ 2^−60 of it)
+    #: are normal doubles (≥ 2^−860 > 2^−1022): the engine's per-instance scaling is exact there, as before.
+    #: (The data of every instance of the existing tests are of this kind: they run bit for bit as before.)
+    SEQ_MODERATE = 64
+    TERM_MODERATE = 800
+
+    def _init_mixed(self, X: FloatArray, z: FloatArray, v: FloatArray, kw: dict[str, Any]) -> None:
+        """Per-sequence power-of-two scaling for instances whose sequences differ wildly in size.
+
+        Each term of ``G`` is ``A_i c_it x_it z_iᵀ`` (:meth:`_direction_log`); the engine factors out the
+        largest ``A_i`` only, so with keys, queries or values of very different size per sequence (a query
+        of 1e-274, values of 3e-237) the products ``c x z`` underflow — a whole live sequence lost, or read
+        as dead — although ``∇L`` is well determined (the single form scales each row on its own,
+        ``split_rows``). For such an instance ("mixed", ``_mixed``, (B,) bool) every sequence is scaled as
+        the single form does: ``x' = x·2^−kx_i``, ``z' = z·2^−kz_i``, ``v' = v·2^−kv`` (largest entries in
+        ``[½, 1)``, exact), scores ``γ'_it = Y_i x'ᵀv'`` (``γ = 2^kg γ'``, ``kg_i = kx_i + kv``), and the
+        log-domain path runs on them with ``log A_i`` raised by ``σ_i = (kg_i + kx_i + kz_i)·ln 2``, so that
+        the largest term of the whole instance is O(1) before the sum. The fast path does not take a mixed
+        instance (its weights are absolute). Every other instance keeps its data (exponents 0, the arrays
+        below equal to the plain ones bit for bit), so ordinary data run the unchanged engine.
+        """
+        torch = self.torch
+        self._mixed: Any | None = None
+        self._all_mixed = False
+        # the exact logs of ||x|| ||z||, (T, B, n), and of its max, (B, n); which sequences are live
+        self._log_xz = torch.log(self._xz)
+        self._log_xz_max = torch.log(self._xz_max)
+        ax = np.max(np.abs(X), axis=(2, 3))  # (B, n) (masked keys are zero)
+        az = np.max(np.abs(z), axis=2)  # (B, n)
+        av = np.max(np.abs(v), axis=1)  # (B,)
+        kx = np.frexp(np.where(ax > 0, ax, 1.0))[1].astype(np.int64)
+        kz = np.frexp(np.where(az > 0, az, 1.0))[1].astype(np.int64)
+        kv = np.frexp(np.where(av > 0, av, 1.0))[1].astype(np.int64)
+        live = (ax > 0) & (az > 0)
+        odd = live & (
+            (kx < -self.SEQ_MODERATE)
+            | (kz < -self.SEQ_MODERATE)
+            | (np.abs(2 * kx + kz + kv[:, None]) > self.TERM_MODERATE)
+        )
+        mixed = odd.any(axis=1)  # (B,)
+        if not mixed.any():
+            return
+        kx = np.where(mixed[:, None], kx, 0)
+        kz = np.where(mixed[:, None], kz, 0)
+        kv = np.where(mixed, kv, 0)
+        kg = kx + kv[:, None]  # (B, n): γ = 2^kg γ'
+        Xs = np.ldexp(X, -kx[:, :, None, None])  # (B, n, T, d)
+        zs = np.ldexp(z, -kz[:, :, None])
+        vs = np.ldexp(v, -kv[:, None])
+        m_t = torch.as_tensor(mixed, device=kw["device"])
+        mb = m_t.view(-1, 1)  # (B, 1)
+        self._mixed = m_t
+        self._all_mixed = bool(mixed.all())
+        Xst = torch.as_tensor(Xs, **kw).permute(2, 3, 0, 1)  # (T, d, B, n)
+        self._Xs = torch.where(mb, Xst, self.Xt).contiguous()
+        self._Xs_tok = [self._Xs[t] for t in range(self.T)]
+        self._zs = torch.where(mb.unsqueeze(-1), torch.as_tensor(zs, **kw), self.zB).contiguous()
+        vst = torch.as_tensor(vs, **kw).T.contiguous()  # (d, B)
+        gam = torch.einsum("tkbi,kb->tbi", self._Xs, vst) * self.Y
+        self._gamma_s = torch.where(mb, gam, self.gamma).contiguous()
+        # γ = 2^kg γ' applied as two factors (2^kg alone may not be a double); 1·1 elsewhere
+        h = kg // 2
+        self._kg_f1 = torch.as_tensor(np.ldexp(1.0, h), **kw)
+        self._kg_f2 = torch.as_tensor(np.ldexp(1.0, kg - h), **kw)
+        self._sigma = torch.as_tensor((kg + kx + kz) * _LN2, **kw)  # (B, n), 0 off the mixed instances
+        # the norms of the scaled rows, and the exact logs in the true units
+        xz_s = self._row_norm(self._Xs, 1) * self._row_norm(self._zs, 2)
+        self._xz_s = torch.where(mb, xz_s, self._xz).contiguous()
+        log_xz = torch.log(xz_s) + torch.as_tensor((kx + kz) * _LN2, **kw)
+        self._log_xz = torch.where(mb, log_xz, self._log_xz).contiguous()
+        self._log_xz_max = self._log_xz.amax(dim=0)
+        amag_s = torch.einsum("tkbi,kb->tbi", self._Xs.abs(), vst.abs()).amax(dim=0)
+        log_amag = torch.log(amag_s) + torch.as_tensor((kx + kv[:, None]) * _LN2, **kw)
+        log_ve = log_amag + self._log_xz_max + math.log(4.0 * self.d * _EPS * self.VALUE_SAFETY)
+        self._log_ve_const = torch.where(mb, log_ve, self._log_ve_const)
+        live_t = torch.as_tensor(live, device=kw["device"])
+        self._live_bn = torch.where(mb, live_t, self._xz_max > 0)
+        self._live = self._live_bn.to(torch.float64)
+        self._any_dead = not bool(self._live_bn.all())
+
+    #: Rows whose largest entry is below this have their norm formed from the row scaled by a power of
+    #: two: their squares (≤ 1e-300) would lose digits or underflow (the norm of a larger row is exact).
+    NORM_TINY = 1e-150
+
+    def _row_norm(self, A: Any, dim: int) -> Any:
+        """``||A||`` along ``dim``, exact (to rounding) for rows of any size: ``vector_norm`` where the row's
+        largest entry is ≥ ``NORM_TINY`` (bit-for-bit the plain norm), ``2^e ||A·2^−e||`` for smaller rows."""
+        torch = self.torch
+        nrm = torch.linalg.vector_norm(A, dim=dim)
+        big = A.abs().amax(dim=dim)
+        tiny = (big > 0) & (big < self.NORM_TINY)
+        if bool(tiny.any()):
+            # 2^−e in two factors (e ≥ −1073: 2^−e alone may not be a double); 2^e is one (≥ 2^−1073)
+            e = torch.where(tiny, torch.frexp(big).exponent, 0).to(A.dtype)
+            h = torch.floor(-e / 2)
+            up = A * torch.pow(2.0, h).unsqueeze(dim) * torch.pow(2.0, -e - h).unsqueeze(dim)
+            nrm = torch.where(tiny, torch.linalg.vector_norm(up, dim=dim) * torch.pow(2.0, e), nrm)
+        return nrm
 
     @staticmethod
     def _check_mask(mask: Any, shape: tuple[int, ...]) -> NDArray[np.bool_] | None:
@@ -1120,7 +1225,8 @@ class _TorchBatch:
             y = torch.empty(Xt.shape[1:], dtype=Xt.dtype, device=Xt.device)
             xs = [Xt[t] for t in range(self.T)]
         else:
-            out, xs = self._G, self._X_tok  # the whole batch: Xt is self.Xt
+            # the whole batch: Xt is self.Xt, or its per-sequence scaled copy (mixed data, _init_mixed)
+            out, xs = self._G, (self._X_tok if Xt is self.Xt else self._Xs_tok)
         ws = self._w_tok if w is self._w else [w[t] for t in range(self.T)]
         torch.mul(xs[0], ws[0], out=y)
         for t in range(1, self.T):
@@ -1214,6 +1320,8 @@ class _TorchBatch:
         else:
             wmax = self._abs_max(w)
             ok = (wmax >= thr) & (wmax < math.inf)
+        if self._mixed is not None:  # mixed-magnitude instances: the log-domain path only (_init_mixed)
+            ok = ~self._mixed if ok is None else ok & ~self._mixed
         G = self._gradient_sum(w, self.Xt, self.zB, self._y)
         nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
         # Σ G² is exact to rounding when ||G|| is in [NORM_SAFE⁻¹, NORM_SAFE] (squares ≤ 1e280 cannot
@@ -1291,9 +1399,14 @@ class _TorchBatch:
         """
         torch = self.torch
         B = l.shape[1]
+        mixed = self._mixed is not None  # per-sequence scaled data (see _init_mixed)
         if idx is None:
             Xt, gamma, zB, xz = self.Xt, self.gamma, self.zB, self._xz
             log_ve_const, xz_max, cls = self._log_ve_const, self._xz_max, self._cls
+            if mixed:
+                Xt, gamma, zB, xz = self._Xs, self._gamma_s, self._zs, self._xz_s
+                live, sigma, kg1, kg2 = self._live_bn, self._sigma, self._kg_f1, self._kg_f2
+                on = self._mixed
         else:
             Xt, gamma, zB = self.Xt.index_select(2, idx), self.gamma.index_select(1, idx), self.zB[idx]
             xz, log_ve_const, xz_max = (
@@ -1302,6 +1415,16 @@ class _TorchBatch:
                 self._xz_max[idx],
             )
             cls = self._cls.index_select(1, idx)
+            if mixed:
+                Xt, gamma, zB = (
+                    self._Xs.index_select(2, idx),
+                    self._gamma_s.index_select(1, idx),
+                    self._zs[idx],
+                )
+                xz = self._xz_s.index_select(1, idx)
+                live, sigma = self._live_bn[idx], self._sigma[idx]
+                kg1, kg2 = self._kg_f1[idx], self._kg_f2[idx]
+                on = self._mixed.index_select(0, idx)  # type: ignore[union-attr]  # not None: mixed
         lr, r = torch.max(l, dim=0)  # selected token r (a first maximiser) and its logit
         r0 = r.unsqueeze(0)  # (1, B, n): index of the selected token, for scatter/gather
         g_r = gamma.gather(0, r0)  # (1, B, n): score of the selected token
@@ -1344,6 +1467,8 @@ class _TorchBatch:
         em = torch.exp(m)
         # Cancellation-free margin: Y_i f_i = γ_ir + Σ_u s_iu δ_iu = γ_ir + e^{m_i} ψ_i.
         u = g_r.squeeze(0) + em * psi
+        if mixed:
+            u = u * kg1 * kg2  # in the true units: γ = 2^kg γ' (exact; 1·1 off the mixed instances)
         sign_l, log_l = self._signed_log_dl(u)
         # w_it = −sign(ℓ'_i) A_i c_it with A_i = |ℓ'_i| e^{m_i}, the only factor that can underflow
         # (kept as its log, the instance scaled by its largest A: e^{log A_i − top_b} ≤ 1), and
@@ -1351,19 +1476,25 @@ class _TorchBatch:
         # e^{−lse} at r). Each c is O(Δ) or negligible (an E_u that underflows is below 1e-300 of the
         # runner-up's and of the rounding of the sum it enters).
         log_a = log_l + m
-        if self._any_dead:  # dead sequences (z_i = 0) do not set the scale (see __init__)
-            log_a = torch.where(xz_max > 0, log_a, -math.inf)
-        top = log_a.amax(dim=-1)  # (B,)
-        top_safe = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        fac = torch.exp(log_a - top_safe.unsqueeze(-1))  # (B, n), ≤ 1
-        if sign_l is not None:
-            fac.mul_(-sign_l)  # the minus sign is sign(ℓ') = −1 of a decreasing loss
         wsc = torch.sub(em * psi, delta, out=delta).mul_(E)  # E (e^{m} ψ − δ), 0 on Z (E = 0 there)
         if single:
             wsc.scatter_(0, r0, (torch.exp(-lse) * psi).unsqueeze(0))  # s_r ψ
         else:
             s_z = torch.exp(l - (lr + lse).unsqueeze(0))  # s_t, needed on Z only
             wsc = torch.where(in_z, s_z.mul_(psi), wsc)
+        if mixed:
+            # each sequence's data scale 2^(kg + kx + kz) (0 off the mixed instances), and the size of its
+            # largest term c'·||x'|| ||z'|| (a sequence's weight may sit on tokens far smaller than its
+            # largest): the largest term, not the largest A, is factored out, so no term that matters
+            # underflows. c' is scaled by 2^−k (k ≥ −MIXED_UP: c'·2^−k stays finite), log A raised by k ln 2.
+            log_a = log_a + sigma + self._term_scale_(wsc, xz, on)
+        if self._any_dead:  # dead sequences (z_i = 0) do not set the scale (see __init__)
+            log_a = torch.where(live if mixed else xz_max > 0, log_a, -math.inf)
+        top = log_a.amax(dim=-1)  # (B,)
+        top_safe = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        fac = torch.exp(log_a - top_safe.unsqueeze(-1))  # (B, n), ≤ 1
+        if sign_l is not None:
+            fac.mul_(-sign_l)  # the minus sign is sign(ℓ') = −1 of a decreasing loss
         wsc.mul_(fac)
         G = self._gradient_sum(wsc, Xt, zB, y)
         # c is O(δ), the size of the token values: tiny values (≲ 1e-154) would underflow Σ G² to 0
@@ -1391,6 +1522,23 @@ class _TorchBatch:
         D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (reported as cancelled)
         return D, top + torch.log(nrm) + e.to(nrm.dtype) * math.log(2.0) - self.log_n, cancelled
 
+    #: Largest upward scaling of a mixed sequence's ``c'`` (:meth:`_term_scale_`): ``|c'| ≤ 2d``, so
+    #: ``c'·2^MIXED_UP`` ≤ 2d·1e301 is finite.
+    MIXED_UP = 1000
+
+    def _term_scale_(self, c: Any, xz: Any, on: Any) -> Any:
+        """Scale ``c`` (``(T, k, n)``, the log path's ``c'`` on mixed data) in place by ``2^−k_i`` per
+        sequence, ``k_i = ⌊log2 max_t |c'_it| ||x'_it|| ||z'_i||⌋`` (clipped to ``[−MIXED_UP, 0]``; 0 for a
+        sequence without a term, and on the instances that are not mixed, ``on`` (k,) false: those run as
+        in a batch without mixed data, bit for bit), so that its largest term is in ``[1, 2)``; returns
+        ``k_i ln 2``, ``(k, n)``. Formed from logarithms (the product may underflow); exact (powers of two)."""
+        torch = self.torch
+        lt = (torch.log(c.abs()) + torch.log(xz)).amax(dim=0)  # −inf where the sequence has no term
+        ok = torch.isfinite(lt) & on.view(-1, 1)
+        k = torch.where(ok, torch.floor(lt / _LN2), 0.0).clamp_(-self.MIXED_UP, 0.0)
+        c.mul_(torch.pow(2.0, -k).unsqueeze(0))
+        return k * _LN2
+
     def _value_bound_log(self, log_dl: Any, log_nd: Any, log_ve_const: Any, offset: Any) -> Any:
         """Upper bound of the values' rounding term, per instance, in units of ``e^offset``: ``(k,)``.
 
@@ -1417,12 +1565,12 @@ class _TorchBatch:
         k = l.shape[1]
         Xt = self.Xt.index_select(2, idx)  # (T, d, k, n)
         amag = self.amag.index_select(1, idx)
-        xz = self._xz.index_select(1, idx)
+        log_xz = self._log_xz.index_select(1, idx)  # exact for rows of any size (log(xz) where ordinary)
         log_s = torch.log_softmax(l, dim=0)
         different = (Xt.unsqueeze(1) != Xt.unsqueeze(0)).any(dim=2)  # (T, T, k, n): [t, u]
         pair = log_s.unsqueeze(0) + torch.log(amag.unsqueeze(1) + amag.unsqueeze(0))  # log s_u (m_t + m_u)
         log_mix = torch.logsumexp(pair.masked_fill(~different, -math.inf), dim=1)  # (T, k, n)
-        lg = log_dl.unsqueeze(0) + log_s + log_mix + torch.log(xz) - offset.view(1, k, 1)
+        lg = log_dl.unsqueeze(0) + log_s + log_mix + log_xz - offset.view(1, k, 1)
         lg = torch.nan_to_num(lg, nan=-math.inf)
         return torch.exp(lg).sum(dim=(0, 2)).mul_(self._d_eps)
 
@@ -1451,7 +1599,7 @@ class _TorchBatch:
         ls = l.index_select(1, idx)  # (T, k, n)
         Xt = self.Xt.index_select(2, idx)  # (T, d, k, n)
         zB, a, Y = self.zB[idx], self.a.index_select(1, idx), self.Y[idx]
-        xz = self._xz.index_select(1, idx)
+        log_xz = self._log_xz.index_select(1, idx)  # exact for rows of any size (log(xz) where ordinary)
         log_s = torch.log_softmax(ls, dim=0)
         s = torch.exp(log_s)
         u = Y * (s * a).sum(dim=0)  # Y_i f_i (k, n)
@@ -1478,7 +1626,7 @@ class _TorchBatch:
             log_c = torch.where(torch.isneginf(hi), hi, hi + torch.log1p(-torch.exp(lo - hi)))
             log_c = torch.nan_to_num(log_c, nan=-math.inf)
             _, log_l = self._signed_log_dl(u)
-            size = (log_l.unsqueeze(0) + log_s + log_c + torch.log(xz)).amax(dim=0)  # (k, n)
+            size = (log_l.unsqueeze(0) + log_s + log_c + log_xz).amax(dim=0)  # (k, n)
         live = torch.isfinite(size)
         bad = (log_df + log_k > 0.0) & live
         if not bool(bad.any()):
@@ -1507,7 +1655,7 @@ class _TorchBatch:
         torch = self.torch
         B = self.B
         l = self.logits(W)
-        use_log = not self.fast
+        use_log = not self.fast or self._all_mixed  # mixed data: log-domain only (see _init_mixed)
         if self.fast and self._log_streak > 0:
             self._log_streak -= 1
             use_log = True  # most of the batch was saturated a moment ago (see LOG_FRACTION)
@@ -1654,7 +1802,9 @@ def run_gd_batch(
     iterate it was building).
 
     Scale: as :func:`run_gd` (each instance rescaled by its own powers of two; the same errors, per
-    instance, at record steps and where a step fails); agrees with :func:`run_gd` to ~1e-8 relative
+    instance, at record steps and where a step fails); an instance whose sequences differ wildly in size
+    (keys or query below 2^−64, or terms ``a·x zᵀ`` beyond 2^±800) runs the log-domain path on each
+    sequence scaled by its own powers of two, as the single form does (``_TorchBatch._init_mixed``); agrees with :func:`run_gd` to ~1e-8 relative
     (measured ≤ 1e-13) at every scale where float64 determines the direction (the rounding of the
     values and logits moves it by less than 1e-11), and refuses where :func:`run_gd` does.
 
