@@ -500,3 +500,38 @@ def test_risk_grad_refuses_values_that_cancel_to_rounding(middle: float) -> None
         assert np.linalg.norm(G - ref) <= GRAD_RTOL * float(mpmath.exp(log_norm))
     with pytest.raises(NumericalError, match="rounding level"):
         A.normalized_risk_grad(inst, W)
+
+
+#: Found by the batched engine's sweep (2026-12-02): two sequences, d = 1, entries from 1e-295 to 0.85, W = 4e194.
+#: Sequence 1's live term s·(a_t − f)·x_t·z has x_0 = 9.8e-295 and a_0 = v·x_0 ≈ -9e-442: its product, ≈ e^-1900
+#: in all, underflows inside the single form even after each row is rescaled (x_0/max_t|x_1t| ≈ 2e-195, squared),
+#: so the form keeps the far smaller t = 2 term (weight e^-9.47e6) and returns log ||∇L|| = -9475128.56.
+_MIXED_TERMS = A.Instance(
+    np.array(
+        [
+            [
+                [-1.057573625787223e-34],
+                [0.8475991918477764],
+                [1.6112042647931494e-24],
+                [-2.0221741352564896e-167],
+            ],
+            [[9.772437985116454e-295], [0.0], [4.835426958342857e-100], [0.0]],
+        ]
+    ),
+    np.array([-1.0, 1.0]),
+    np.array([-9.138499206738973e-149]),
+    np.array([[0.7175953432890637], [-4.871987097060625e-89]]),
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (docs/scale-contract.md): normalized_risk_grad loses a term whose product x·(a − f)·x·z "
+    "underflows after the row rescaling; log||∇L|| -9475128.56 where the exact value is -1900.3826",
+)
+def test_normalized_risk_grad_keeps_a_term_whose_products_underflow() -> None:
+    """Oracle: ∇L of the correlation loss summed term by term in 400-digit mpmath: log|∇L| = −1900.382551577…,
+    direction −1 (d = 1)."""
+    g = A.normalized_risk_grad(_MIXED_TERMS, np.array([[4.021593423457008e194]]), loss="correlation")
+    assert g.direction[0, 0] == -1.0
+    assert abs(g.log_norm - (-1900.382551577364)) <= 1e-9 * 1900.4
