@@ -84,3 +84,16 @@ def test_check_instance() -> None:
     assert str(exc.value) == (
         "instances[3] must be an attnsvm.Instance; got ndarray (build one with attnsvm.Instance(X, Y, v, z))"
     )
+
+
+def test_default_names_and_empty_meaning_and_note() -> None:
+    """The defaults write nothing extra: ``check_instance``'s argument is called ``inst``, ``check_positive``
+    without a meaning adds no parenthesis, ``check_shape`` without a note ends at the shape."""
+    with pytest.raises(InvalidInstanceError, match=r"^inst must be an attnsvm\.Instance; got int "):
+        check_instance(3)
+    with pytest.raises(AttnSVMError) as exc:
+        check_positive(0.0, "bound")
+    assert str(exc.value) == "bound must be a positive finite number; got 0.0"
+    with pytest.raises(InvalidInstanceError) as exc2:
+        check_shape([1.0, 2.0, 3.0], "v", (2,), described="(d,)")
+    assert str(exc2.value) == "v must have shape (d,) = (2,); got (3,)"
