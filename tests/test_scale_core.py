@@ -503,9 +503,8 @@ def test_risk_grad_refuses_values_that_cancel_to_rounding(middle: float) -> None
 
 
 #: Found by the batched engine's sweep (2026-12-02): two sequences, d = 1, entries from 1e-295 to 0.85, W = 4e194.
-#: Sequence 1's live term s·(a_t − f)·x_t·z has x_0 = 9.8e-295 and a_0 = v·x_0 ≈ -9e-442: its product, ≈ e^-1900
-#: in all, underflows inside the single form even after each row is rescaled (x_0/max_t|x_1t| ≈ 2e-195, squared),
-#: so the form keeps the far smaller t = 2 term (weight e^-9.47e6) and returns log ||∇L|| = -9475128.56.
+#: Sequence 1's live term has the rescaled key x'_0 ≈ 2e-195, whose norm np.linalg.norm squared to 0: the term was
+#: taken for dead and the far smaller t = 2 term (weight e^-9.47e6) kept, log ||∇L|| = -9475128.56.
 _MIXED_TERMS = A.Instance(
     np.array(
         [
@@ -524,14 +523,9 @@ _MIXED_TERMS = A.Instance(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (docs/scale-contract.md): normalized_risk_grad loses a term whose product x·(a − f)·x·z "
-    "underflows after the row rescaling; log||∇L|| -9475128.56 where the exact value is -1900.3826",
-)
-def test_normalized_risk_grad_keeps_a_term_whose_products_underflow() -> None:
-    """Oracle: ∇L of the correlation loss summed term by term in 400-digit mpmath: log|∇L| = −1900.382551577…,
-    direction −1 (d = 1)."""
+def test_normalized_risk_grad_keeps_a_term_whose_key_norm_underflows_when_squared() -> None:
+    """Regression. Oracle: ∇L of the correlation loss summed term by term in 400-digit mpmath:
+    log|∇L| = −1900.382551577…, direction −1 (d = 1)."""
     g = A.normalized_risk_grad(_MIXED_TERMS, np.array([[4.021593423457008e194]]), loss="correlation")
     assert g.direction[0, 0] == -1.0
     assert abs(g.log_norm - (-1900.382551577364)) <= 1e-9 * 1900.4

@@ -481,6 +481,24 @@ def _dead_error(lg: _LogGrad, remedy: str) -> NumericalError:
     )
 
 
+#: Below this largest entry a vector's squares may underflow: its 2-norm is taken on the vector scaled to
+#: unit size (np.linalg.norm squares the entries: ||(9.8e-295,)|| came out 0 and its term was taken for dead).
+NORM_SCALE_BELOW = 1e-150
+
+
+def _norm_no_underflow(a: FloatArray, *, axis: int) -> FloatArray:
+    """``||a||₂`` along ``axis``, exact to rounding where the entries' squares underflow: rows whose largest
+    entry is below :data:`NORM_SCALE_BELOW` are scaled to unit size first (the others as ``np.linalg.norm``,
+    bit for bit)."""
+    out = np.linalg.norm(a, axis=axis)
+    m = np.max(np.abs(a), axis=axis)
+    tiny = (m > 0) & (m < NORM_SCALE_BELOW)
+    if np.any(tiny):
+        scale = np.where(tiny, m, 1.0)
+        out = np.where(tiny, scale * np.linalg.norm(a / np.expand_dims(scale, axis), axis=axis), out)
+    return np.asarray(out, dtype=np.float64)
+
+
 def _log_grad(
     X: FloatArray,
     Y: FloatArray,
@@ -515,7 +533,7 @@ def _log_grad(
     sign_w = (sign_l * Y)[:, None] * sign_c
     # Each term's size in G is |w_it|·||x'_it||·||z'_i||: include the norms when choosing the largest
     # (a sequence with z_i = 0 contributes nothing, however large its weights).
-    norms = np.linalg.norm(fw.Xs, axis=2) * np.linalg.norm(fw.zs, axis=1)[:, None]
+    norms = _norm_no_underflow(fw.Xs, axis=2) * _norm_no_underflow(fw.zs, axis=1)[:, None]
     with np.errstate(divide="ignore"):
         log_norms = np.log(norms)
     log_wn = log_w + log_norms
