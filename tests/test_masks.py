@@ -292,17 +292,25 @@ def test_optimal_tokens_and_svm_rows_equal_deletion(seed: int) -> None:
     )
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_solve_svm_equals_deleted_problem(seed: int) -> None:
-    """Same number of allowed tokens per sequence: the deleted problem is one ordinary instance."""
+def _equal_count_pair(
+    seed: int, *, d: int, n: int = 3, T: int = 5, keep: int = 3
+) -> tuple[Instance, Instance, np.ndarray]:
+    """A masked instance whose every sequence keeps ``keep`` random tokens, the ordinary instance of those
+    tokens alone (the deletion oracle), and the mask."""
     rng = np.random.default_rng(seed)
-    n, T, d, keep = 3, 5, 6, 3
     base = random_instance(n, T, d, seed=seed)
     mask = np.zeros((n, T), dtype=bool)
     for i in range(n):
         mask[i, rng.choice(T, keep, replace=False)] = True
     inst = Instance(base.X, base.Y, base.v, base.z, mask=mask)
-    deleted = Instance(base.X[mask].reshape(n, keep, d), base.Y, base.v, base.z)
+    return inst, Instance(base.X[mask].reshape(n, keep, d), base.Y, base.v, base.z), mask
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_solve_svm_equals_deleted_problem(seed: int) -> None:
+    """Same number of allowed tokens per sequence: the deleted problem is one ordinary instance."""
+    inst, deleted, mask = _equal_count_pair(seed, d=6)
+    n = inst.n
     alpha_del = deleted.optimal_tokens()
     idx = np.array([np.flatnonzero(mask[i]) for i in range(n)])
     assert np.array_equal(inst.optimal_tokens(), idx[np.arange(n), alpha_del])
@@ -581,14 +589,8 @@ GD_RTOL = 1e-9
 @pytest.mark.parametrize("normalized", [True, False])
 @pytest.mark.parametrize("seed", range(3))
 def test_run_gd_on_masked_equals_deleted(seed: int, normalized: bool) -> None:
-    rng = np.random.default_rng(seed)
-    n, T, d, keep = 3, 5, 6, 3
-    base = random_instance(n, T, d, seed=seed)
-    mask = np.zeros((n, T), dtype=bool)
-    for i in range(n):
-        mask[i, rng.choice(T, keep, replace=False)] = True
-    inst = Instance(base.X, base.Y, base.v, base.z, mask=mask)
-    deleted = Instance(base.X[mask].reshape(n, keep, d), base.Y, base.v, base.z)
+    inst, deleted, mask = _equal_count_pair(seed, d=6)
+    n = inst.n
     ref = A.solve_svm(deleted).W
     tm = A.run_gd(inst, 500, 0.1, normalized=normalized, reference=ref)
     td = A.run_gd(deleted, 500, 0.1, normalized=normalized, reference=ref)
@@ -618,14 +620,8 @@ def test_run_gd_on_causal_sequences_selects_allowed_tokens() -> None:
 @pytest.mark.parametrize("seed", range(2))
 def test_regularization_path_and_kq_on_masked_equal_deleted(seed: int) -> None:
     """The other single-instance engines read the mask the same way (GD_RTOL as for run_gd)."""
-    rng = np.random.default_rng(seed)
-    n, T, d, keep = 3, 5, 4, 3
-    base = random_instance(n, T, d, seed=seed)
-    mask = np.zeros((n, T), dtype=bool)
-    for i in range(n):
-        mask[i, rng.choice(T, keep, replace=False)] = True
-    inst = Instance(base.X, base.Y, base.v, base.z, mask=mask)
-    deleted = Instance(base.X[mask].reshape(n, keep, d), base.Y, base.v, base.z)
+    inst, deleted, mask = _equal_count_pair(seed, d=4)
+    n = inst.n
     idx = np.array([np.flatnonzero(mask[i]) for i in range(n)])
     pm, pd = (A.regularization_path(i, [0.5, 2.0, 8.0]) for i in (inst, deleted))
     for a, b in zip(pm.points, pd.points, strict=True):
