@@ -247,9 +247,19 @@ def _torch_jac(inst: Instance, kind: str, of: str, W: np.ndarray) -> float:
     return float(torch.linalg.svdvals(J.reshape(J.shape[0], -1))[0])
 
 
+def _norm(a: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """2-norm taken on ``a`` scaled by its largest entry: np.linalg.norm squares the entries, and the squares of
+    entries below ~1e-154 underflow (‖𝓛‖_F of tokens 3.6e-124 came out 0, and the Jacobian's floor with it)."""
+    m = np.max(np.abs(a), axis=axis, keepdims=True)
+    safe = np.where(m > 0, m, 1.0)
+    out = np.squeeze(safe, axis=axis) * np.linalg.norm(a / safe, axis=axis)
+    return np.where(np.squeeze(m, axis=axis) > 0, out, 0.0)
+
+
 def _logit_frobenius(inst: Instance) -> float:
-    """``||𝓛||_F`` over the allowed tokens (keys: masked tokens 0; ``X`` itself when unmasked)."""
-    return float(np.linalg.norm(np.linalg.norm(inst.keys, axis=-1) * np.linalg.norm(inst.z, axis=1)[:, None]))
+    """``||𝓛||_F`` over the allowed tokens (keys: masked tokens 0; ``X`` itself when unmasked), without
+    underflow."""
+    return float(_norm(_norm(inst.keys, axis=-1) * _norm(inst.z, axis=1)[:, None]))
 
 
 def _jac_floor(inst: Instance, of: str) -> float:
