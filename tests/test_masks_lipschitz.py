@@ -578,3 +578,19 @@ def test_equal_allowed_tokens_give_exact_zero() -> None:
                 assert jacobian_norm(inst, W, kind=kind, of=of) == 0.0
                 e = lipschitz_estimate(inst, kind=kind, radius=3.0, of=of, **FAST)
                 assert e.value == 0.0 and e.evaluations == 0
+
+
+@pytest.mark.parametrize("kind", ["linear", "softmax", "normalized_linear"])
+def test_weights_map_does_not_depend_on_v_masked(kind: str) -> None:
+    """The weights map W ↦ s(W) does not read v (oracle: the same instance with v = 1): with v = 0, which makes
+    every *output* block zero, the masked weights Jacobian norm, bound and estimate are unchanged and nonzero."""
+    rng = np.random.default_rng(7)
+    X, z = rng.standard_normal((3, 4, 3)), rng.standard_normal((3, 3))
+    mask = np.array([[True, False, True, True], [True, True, False, True], [False, True, True, True]])
+    W = 0.3 * rng.standard_normal((3, 3))
+    with_v = A.Instance(X, np.ones(3), np.ones(3), z, mask=mask)
+    zero_v = A.Instance(X, np.ones(3), np.zeros(3), z, mask=mask)
+    j1 = A.jacobian_norm(with_v, W, kind=kind, of="weights")
+    assert j1 > 0 and A.jacobian_norm(zero_v, W, kind=kind, of="weights") == j1
+    b1 = A.lipschitz_bound(with_v, kind=kind, radius=2.0, of="weights")
+    assert float(A.lipschitz_bound(zero_v, kind=kind, radius=2.0, of="weights")) == float(b1) > 0
