@@ -49,6 +49,7 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -354,12 +355,18 @@ def _simple_binding(stmt: ast.stmt) -> tuple[str, ast.expr] | None:
     return None
 
 
+@cache
+def _parsed(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once per run (every imported name of a module looks into it)."""
+    return ast.parse(path.read_text())
+
+
 def _definition(path: Path, name: str, root: Path, depth: int = 0) -> str | None:
     """``ast.dump`` of the expression that ``name`` is bound to at module level in ``path`` (following
     internal re-exports), or ``None`` when it is not a simple binding (a function, a class, a guard...)."""
     if depth > 8:
         return None
-    tree = ast.parse(path.read_text())
+    tree = _parsed(path)
     for stmt in tree.body:
         bound = _simple_binding(stmt)
         if bound is not None and bound[0] == name:

@@ -56,7 +56,9 @@ from ..model._grad import (
 )
 from ..model._instance import Instance, require_unmasked
 from ..model._losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
-from ..scaling import EPS as _EPS
+from ..scaling import (
+    EPS as _EPS,
+)
 from ..scaling import (
     FLOAT_MAX,
     FLOAT_TINY,
