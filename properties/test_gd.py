@@ -48,9 +48,9 @@ from hypothesis import event, example, given, note, settings, target
 
 import attnsvm as A
 from attnsvm import strategies as S
-from attnsvm.gd._engine import direction_corr, direction_gap, regularization_path, run_gd
+from attnsvm.gd import direction_corr, direction_gap, regularization_path, run_gd
 from attnsvm.model._instance import Instance
-from attnsvm.svm._solve import is_locally_optimal, local_optimality_report, solve_svm
+from attnsvm.svm import is_locally_optimal, local_optimality_report, solve_svm
 
 LR = 0.1
 STEPS = 8000

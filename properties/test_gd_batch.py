@@ -1,7 +1,7 @@
 """The batched GD engine computes the single-instance direction, on both of its paths.
 
 ``run_gd_batch`` stacks instances and takes, per step and per instance, either a linear-domain
-fast path or a log-domain path (``attnsvm.gd._engine._TorchBatch``); both must give the direction and
+fast path or a log-domain path (``attnsvm.gd._torch_engine._TorchBatch``); both must give the direction and
 log-norm of :func:`attnsvm.model._grad.normalized_risk_grad_of`, the single-instance O(T²) form, from
 ``W = 0`` (every token tied) to saturation far past the underflow of ``∇L``, including exactly
 duplicated tokens (the selected token's twin). Where the single-instance form refuses the
@@ -61,7 +61,9 @@ from hypothesis import strategies as st
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import NumericalError
-from attnsvm.gd._engine import _stack_instances, _TorchBatch, run_gd, run_gd_batch
+from attnsvm.gd import run_gd, run_gd_batch
+from attnsvm.gd._batch import _stack_instances
+from attnsvm.gd._torch_engine import _TorchBatch
 from attnsvm.model._grad import CANCELLATION_FACTOR, normalized_risk_grad_of
 from attnsvm.model._instance import Instance
 from attnsvm.model._losses import get_loss

@@ -50,7 +50,7 @@ from hypothesis import strategies as st
 
 from attnsvm import strategies as S
 from attnsvm.errors import AttnSVMError, NumericalError
-from attnsvm.gd._engine import regularization_path, run_gd, run_gd_batch, run_gd_kq
+from attnsvm.gd import regularization_path, run_gd, run_gd_batch, run_gd_kq
 from attnsvm.model._instance import Instance
 from attnsvm.scaling import FLOAT_TINY
 

@@ -38,13 +38,7 @@ from attnsvm import strategies as S
 from attnsvm.errors import AttnSVMError
 from attnsvm.model._instance import Instance
 from attnsvm.scaling import pow2_exponent
-from attnsvm.svm._solve import (
-    CERTIFY_RTOL,
-    MULTIPLIER_RTOL,
-    local_optimality_report,
-    min_norm_dual,
-    solve_svm,
-)
+from attnsvm.svm import CERTIFY_RTOL, MULTIPLIER_RTOL, local_optimality_report, min_norm_dual, solve_svm
 
 EPS = float(np.finfo(np.float64).eps)
 LOG2_TINY = -1022.0  # log2 of the smallest normal double
@@ -57,7 +51,7 @@ SWEEP_RTOL = 2 * CERTIFY_RTOL + 64 * EPS
 #: The same for the nuclear-norm solver, which is certified only to its own optimality gap: two SDP
 #: solves of bitwise-equivalent problems (the unit-row reformulation makes them so) agree to the solver's
 #: tolerance; 1e-6 is Clarabel's feasibility/gap tolerance 1e-8 times the conditioning headroom used by
-#: NUC_SUPPORT_TOL in attnsvm.svm._solve.
+#: NUC_SUPPORT_TOL in attnsvm.svm.
 NUC_SWEEP_RTOL = 1e-6
 #: W of the nuclear-norm problem only to about √(1e-8) = 1e-4 (the nuclear norm is not strongly convex:
 #: an objective within 1e-8 of optimal pins W down only to the square root).

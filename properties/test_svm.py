@@ -5,7 +5,7 @@ from :func:`attnsvm.strategies.feasible_instances`, which guarantees feasibility
 (independent queries, affinely independent tokens) with well-conditioned constraint rows.
 
 Tolerances. Solutions are certified by the solver to ``CERTIFY_RTOL = 1e-9`` relative (first-order
-error bound ``cond(K_S)·eps`` and relative KKT residuals, :mod:`attnsvm.svm._solve`). Quantities this
+error bound ``cond(K_S)·eps`` and relative KKT residuals, :mod:`attnsvm.svm`). Quantities this
 file recomputes from ``W`` add dot-product rounding ``d²·EPS`` relative, negligible next to it.
 So ``KKT_RTOL = 10·CERTIFY_RTOL`` (one order of headroom for the recomputation) and two certified
 solutions of the same problem differ by at most ``AGREE_RTOL = 2·KKT_RTOL`` relative.
@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.model._instance import Instance
-from attnsvm.svm._solve import CERTIFY_RTOL, NUC_SUPPORT_TOL, is_locally_optimal, solve_svm
+from attnsvm.svm import CERTIFY_RTOL, is_locally_optimal, solve_svm
+from attnsvm.svm._constants import NUC_SUPPORT_TOL
 
 KKT_RTOL = 10 * CERTIFY_RTOL
 AGREE_RTOL = 2 * KKT_RTOL

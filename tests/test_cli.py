@@ -98,7 +98,7 @@ def good_instance() -> A.Instance:
 
 # -------------------------------------------------------------------------------- svm
 def test_svm_json_matches_api(data: dict[str, Path]) -> None:
-    from attnsvm.svm._solve import solve_svm
+    from attnsvm.svm import solve_svm
 
     proc = run_cli("svm", str(data["good"]), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -134,7 +134,7 @@ def test_svm_nuclear(data: dict[str, Path]) -> None:
 
 # --------------------------------------------------------------------------------- gd
 def test_gd_json_matches_api(data: dict[str, Path]) -> None:
-    from attnsvm.gd._engine import run_gd
+    from attnsvm.gd import run_gd
 
     proc = run_cli("gd", str(data["good"]), "--steps", "50", "--lr", "0.1", "--svm", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -146,7 +146,7 @@ def test_gd_json_matches_api(data: dict[str, Path]) -> None:
 
 
 def test_gd_plain_exponential_to_file(data: dict[str, Path], tmp_path: Path) -> None:
-    from attnsvm.gd._engine import run_gd
+    from attnsvm.gd import run_gd
 
     out = tmp_path / "gd.json"
     proc = run_cli(
@@ -207,13 +207,13 @@ def test_reproduce_writes_every_file(report: tuple[Path, dict, subprocess.Comple
 
 
 def test_results_json_agrees_with_api(report: tuple[Path, dict, subprocess.CompletedProcess[str]]) -> None:
-    from attnsvm.gd._engine import direction_gap, run_gd
+    from attnsvm.gd import direction_gap, run_gd
     from attnsvm.harness.families import convergence as fam_convergence
     from attnsvm.harness.families import lipschitz as fam_lipschitz
     from attnsvm.harness.families import saturation as fam_saturation
     from attnsvm.harness.families import svm as fam_svm
     from attnsvm.lipschitz import lipschitz_bound
-    from attnsvm.svm._solve import solve_svm
+    from attnsvm.svm import solve_svm
 
     _, doc, _ = report
     seed = doc["meta"]["seed"]
@@ -487,8 +487,8 @@ def test_svm_summary_by_default_json_on_request(data: dict[str, Path]) -> None:
 def test_gd_compares_with_w_mm_of_alpha_like_svm(data: dict[str, Path]) -> None:
     """``gd --svm`` with alpha (from the npz, or ``--alpha``) reports the direction against W_mm(alpha);
     the oracle is the API: solve_svm(inst, alpha).W and direction_corr."""
-    from attnsvm.gd._engine import direction_corr, run_gd
-    from attnsvm.svm._solve import solve_svm
+    from attnsvm.gd import direction_corr, run_gd
+    from attnsvm.svm import solve_svm
 
     inst = good_instance()
     traj = run_gd(inst, steps=30, lr=0.1)

@@ -286,8 +286,8 @@ def test_gd_chunks_equal_the_batch_even_where_the_batch_saturates() -> None:
     """The one known case where an aligned chunk is not bitwise its batch (oracle: the whole batch):
     instances 0–31 start at W = 0, instances 32–95 saturated; the chunk [0, 32) alone takes the
     linear-domain path, the batch the log-domain one (measured difference 1.5e-16 relative)."""
-    from attnsvm.gd._engine import run_gd_batch
-    from attnsvm.svm._solve import solve_svm
+    from attnsvm.gd import run_gd_batch
+    from attnsvm.svm import solve_svm
 
     insts = [random_instance(3, 4, 5, seed=b, family="unit") for b in range(3 * GD_ALIGN)]
     W0 = np.zeros((len(insts), 5, 5))

@@ -10,9 +10,8 @@ import torch
 
 import attnsvm as A
 from attnsvm.errors import AttnSVMError, InvalidInstanceError, NumericalError
-from attnsvm.gd._engine import (
+from attnsvm.gd import (
     GDRecord,
-    _settled,
     direction_corr,
     direction_gap,
     fit_rate,
@@ -21,7 +20,8 @@ from attnsvm.gd._engine import (
     run_gd_batch,
     run_gd_kq,
 )
-from attnsvm.svm._solve import is_locally_optimal, local_optimality_report, solve_svm
+from attnsvm.gd._single import _settled
+from attnsvm.svm import is_locally_optimal, local_optimality_report, solve_svm
 
 LOSSES = ("logistic", "exponential", "correlation")
 
@@ -274,7 +274,8 @@ def test_batched_fast_path_equals_log_domain_path_and_switches_per_instance(loss
     """The fast path is used while the weights are representable, the log-domain path after: same
     direction and log-norm to 1e-12 at every ||W||, including batches where only some instances
     have underflowing weights (the switch is per instance and per step)."""
-    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.gd._batch import _stack_instances
+    from attnsvm.gd._torch_engine import _TorchBatch
     from attnsvm.model._losses import get_loss
 
     insts = [A.random_instance(4, 6, 8, seed=s, family=f) for s in range(4) for f in ("gaussian", "unit")]
@@ -307,7 +308,8 @@ def test_batched_paths_handle_exactly_duplicated_selected_tokens(loss: str) -> N
     Regressions: a mean over three tied scores is not exact (``fl(fl(3γ)/3) ≠ γ``) and its ±1 ulp
     swamped the saturated weights (direction error 0.6); the log-domain path took the selected
     token's twin as runner-up, whose weight is 0, and returned a zero gradient."""
-    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.gd._batch import _stack_instances
+    from attnsvm.gd._torch_engine import _TorchBatch
     from attnsvm.model._grad import normalized_risk_grad_of
     from attnsvm.model._losses import get_loss
 
@@ -792,7 +794,7 @@ def test_plain_kq_gd_divergence_raises() -> None:
 
 
 def test_pow2_factors_are_doubles_whose_product_is_two_to_the_k() -> None:
-    from attnsvm.gd._engine import _pow2_factors
+    from attnsvm.gd._scaled import _pow2_factors
 
     assert _pow2_factors(np.zeros(3, dtype=np.int64)) == []
     for k in (1, -7, 1000, -1000, 1001, 1600, -2100):
@@ -856,7 +858,7 @@ def test_batched_names_a_custom_loss_derivative_that_is_not_finite() -> None:
 
 def test_torch_device_checks_the_cuda_index_against_the_device_count(monkeypatch: pytest.MonkeyPatch) -> None:
     # A machine with exactly one CUDA device (simulated: only the availability queries are patched).
-    from attnsvm.gd._engine import _torch_device
+    from attnsvm.gd._batch import _torch_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -920,7 +922,8 @@ def test_batched_fast_path_hands_overflowing_weights_to_the_log_domain() -> None
     """Exponential loss with v scaled so that min_i Y_i f_i(0) = −705: ℓ' ~ e^705 ≈ 1e306 times
     score differences ~1e3 overflow the linear-domain weights; the direction (log||∇L|| ≈ 712, a
     gradient beyond float64) must still be the single-instance log-domain one."""
-    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.gd._batch import _stack_instances
+    from attnsvm.gd._torch_engine import _TorchBatch
     from attnsvm.model._grad import normalized_risk_grad_of
     from attnsvm.model._losses import exponential
 
@@ -984,7 +987,8 @@ def test_batched_engine_retries_the_fast_path_every_log_retry_calls() -> None:
     use it for the whole batch, retrying the fast path every LOG_RETRY calls. Call 1 at a saturated W
     (gradient ~1e-400: the fast path fails for every instance), then W = 0 (the fast path works):
     calls 2…LOG_RETRY stay on the log path, call LOG_RETRY + 1 is fast again."""
-    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.gd._batch import _stack_instances
+    from attnsvm.gd._torch_engine import _TorchBatch
     from attnsvm.model._losses import logistic
 
     insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
@@ -1005,7 +1009,8 @@ def test_batched_mixed_step_scales_an_accepted_instance_with_a_tiny_gradient() -
     """One batch, three instances at once: O(1) values, values ~1e-200 (accepted by the fast path:
     weights ~1e-200 ≥ FAST_MIN_WEIGHT, but ||G|| ~ 1e-200 is outside the unscaled norm's safe range),
     and a saturated one (||W|| = 1000: the log-domain path). Each equals the single-instance direction."""
-    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.gd._batch import _stack_instances
+    from attnsvm.gd._torch_engine import _TorchBatch
     from attnsvm.model._grad import normalized_risk_grad_of
     from attnsvm.model._losses import logistic
 
@@ -1064,7 +1069,8 @@ def test_regularization_path_point_inside_the_ball_has_no_kkt_residual() -> None
 
 def test_batched_engine_step_is_one_normalized_gd_step() -> None:
     # step_(W, lr): W ← W − lr·D in place (D the unit direction at W), returning log||∇L(W)||.
-    from attnsvm.gd._engine import _stack_instances, _TorchBatch
+    from attnsvm.gd._batch import _stack_instances
+    from attnsvm.gd._torch_engine import _TorchBatch
     from attnsvm.model._losses import logistic
 
     insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]

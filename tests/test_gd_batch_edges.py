@@ -1,6 +1,6 @@
 """The batched GD engine at its edges: boundary cases, exact small trajectories and documented messages.
 
-Each test pins one documented behaviour of `attnsvm.run_gd_batch` (the batched engine of :mod:`attnsvm.gd._engine`) against an independent oracle (a
+Each test pins one documented behaviour of `attnsvm.run_gd_batch` (the batched engine of :mod:`attnsvm.gd`) against an independent oracle (a
 trajectory computed by hand or with mpmath for a tiny instance, scale equivariance by powers of two,
 an exact certificate, or the documented error text).
 
@@ -25,7 +25,7 @@ import pytest
 
 import attnsvm as A
 from attnsvm.errors import NumericalError
-from attnsvm.gd._engine import run_gd, run_gd_batch
+from attnsvm.gd import run_gd, run_gd_batch
 from attnsvm.model._grad import CANCELLED_MESSAGE
 
 EPS = float(np.finfo(np.float64).eps)  # 2^−52

@@ -1,7 +1,7 @@
 """The batched GD engine refuses exactly where the single-run form does (public API).
 
-:func:`attnsvm.gd._engine.run_gd_batch` applies, per instance and per step, the refusals of
-:func:`attnsvm.model._grad.normalized_risk_grad_of` (the direction behind :func:`attnsvm.gd._engine.run_gd`):
+:func:`attnsvm.gd.run_gd_batch` applies, per instance and per step, the refusals of
+:func:`attnsvm.model._grad.normalized_risk_grad_of` (the direction behind :func:`attnsvm.gd.run_gd`):
 
 * the gradient's contributions cancel to rounding level — now including the rounding of the token
   values ``a = vᵀx`` (``±d·eps·Σ_k|v_k x_k|`` each; exact copies of a token charge nothing): a
@@ -22,7 +22,7 @@ import pytest
 
 import attnsvm as A
 from attnsvm.errors import NumericalError
-from attnsvm.gd._engine import run_gd, run_gd_batch
+from attnsvm.gd import run_gd, run_gd_batch
 from attnsvm.model._grad import CANCELLED_MESSAGE
 
 EPS = float(np.finfo(np.float64).eps)

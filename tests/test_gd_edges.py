@@ -1,6 +1,6 @@
 """Gradient descent at its edges: boundary cases, exact small trajectories and documented messages.
 
-Each test pins one documented behaviour of :mod:`attnsvm.gd._engine` against an independent oracle (a
+Each test pins one documented behaviour of :mod:`attnsvm.gd` against an independent oracle (a
 trajectory computed by hand or with mpmath for a tiny instance, scale equivariance by powers of two,
 an exact certificate, or the documented error text).
 """
@@ -15,7 +15,7 @@ import pytest
 
 import attnsvm
 from attnsvm import AttnSVMError, Instance, InvalidInstanceError, NumericalError
-from attnsvm.gd._engine import record_steps
+from attnsvm.gd._single import record_steps
 from attnsvm.scaling import FLOAT_MAX
 
 #: mpmath working precision (digits) of the hand-derived trajectories: far beyond float64's 16.

@@ -197,15 +197,13 @@ def test_batch_risk_that_is_not_finite_names_the_step() -> None:
 
 def test_batched_engine_plain_step_is_w_minus_lr_times_the_gradient() -> None:
     """Oracle: the documented plain update W ← W − η∇L(W) with ∇L from the core's numpy closed form
-    (attnsvm.risk_grad, itself checked against mpmath), on the engine's step_(W, lr, normalized=False).
-    The private engine is imported as getattr(G, "_engine", G) so that the test runs in both package
-    layouts (attnsvm/gd.py and attnsvm/gd/_engine.py)."""
-    import attnsvm.gd as G
+    (attnsvm.risk_grad, itself checked against mpmath), on the engine's step_(W, lr, normalized=False)."""
+    from attnsvm.gd._batch import _stack_instances
+    from attnsvm.gd._torch_engine import _TorchBatch
 
-    eng_mod = getattr(G, "_engine", G)
     inst = _two_seq()
-    X, Y, z, v = eng_mod._stack_instances([inst, inst])
-    eng = eng_mod._TorchBatch(X, Y, z, v, A.get_loss("logistic"), torch.device("cpu"))
+    X, Y, z, v = _stack_instances([inst, inst])
+    eng = _TorchBatch(X, Y, z, v, A.get_loss("logistic"), torch.device("cpu"))
     W0 = np.stack([0.3 * np.eye(2), np.array([[0.2, -0.1], [0.4, 0.0]])])
     W = torch.as_tensor(W0.copy())
     eng.step_(W, 0.5, normalized=False)

@@ -13,7 +13,7 @@ from attnsvm.model._losses import get_loss
 from attnsvm.peer_strategies import joint_instances
 from attnsvm.peers import _joint as J
 from attnsvm.peers._toys import JOINT_TOY_ALPHA, joint_toy
-from attnsvm.svm._solve import CERTIFY_RTOL
+from attnsvm.svm import CERTIFY_RTOL
 
 #: Central differences, h = 1e-6: truncation ~1e-12, rounding eps/h ~ 2e-10; 1e-8 absolute.
 FD_ATOL = 1e-8

@@ -13,11 +13,11 @@ import pytest
 import attnsvm as A
 from attnsvm.errors import InfeasibleSVMError, NumericalError
 from attnsvm.peers import _joint as J
-from attnsvm.svm._solve import CERTIFY_RTOL
+from attnsvm.svm import CERTIFY_RTOL
 
 #: The scale contract's refusals all end with float64's normal range (attnsvm.scaling.range_error).
 RANGE = "float64's normal range [2.2e-308, 1.8e308]"
-#: The certified min-norm solver's documented relative accuracy (attnsvm.svm._solve.min_norm_dual).
+#: The certified min-norm solver's documented relative accuracy (attnsvm.svm.min_norm_dual).
 SOLVER_RTOL = CERTIFY_RTOL
 
 

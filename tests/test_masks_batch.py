@@ -1,4 +1,4 @@
-"""Token masks in the batched GD engine :func:`attnsvm.gd._engine.run_gd_batch` (issue 15 §2).
+"""Token masks in the batched GD engine :func:`attnsvm.gd.run_gd_batch` (issue 15 §2).
 
 Oracles (each independent of the batched engine's code):
 
@@ -30,10 +30,12 @@ from hypothesis.extra import numpy as hnp
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import InvalidInstanceError, NumericalError
-from attnsvm.gd._engine import _stack_instances, _TorchBatch, run_gd, run_gd_batch
+from attnsvm.gd import run_gd, run_gd_batch
+from attnsvm.gd._batch import _stack_instances
+from attnsvm.gd._torch_engine import _TorchBatch
 from attnsvm.model._grad import normalized_risk_grad_of
 from attnsvm.model._losses import get_loss
-from attnsvm.svm._solve import solve_svm
+from attnsvm.svm import solve_svm
 
 LOSSES = ("logistic", "exponential", "correlation")
 

@@ -8,11 +8,11 @@ from hypothesis import given, settings
 
 import attnsvm as A
 from attnsvm.errors import AttnSVMError, InfeasibleSVMError, NumericalError
-from attnsvm.gd._engine import direction_gap, run_gd
+from attnsvm.gd import direction_gap, run_gd
 from attnsvm.peer_strategies import p_norms
 from attnsvm.peers import _mirror as M
 from attnsvm.peers._toys import LP_TOY_P, lp_toy
-from attnsvm.svm._solve import solve_svm
+from attnsvm.svm import solve_svm
 
 EPS = np.finfo(np.float64).eps
 

@@ -11,7 +11,7 @@ import attnsvm as A
 from attnsvm.errors import AttnSVMError, InvalidInstanceError, NumericalError
 from attnsvm.peer_strategies import heads
 from attnsvm.peers import _multitoken as MT
-from attnsvm.svm._solve import CERTIFY_RTOL, solve_svm
+from attnsvm.svm import CERTIFY_RTOL, solve_svm
 
 #: Central differences, h = 1e-6, risk O(1): truncation ~1e-12, rounding ~2e-10 → 1e-8.
 FD_ATOL = 1e-8

@@ -16,13 +16,13 @@ import pytest
 import attnsvm as A
 from attnsvm.errors import InfeasibleSVMError, InvalidInstanceError, NumericalError, SolverError
 from attnsvm.peers import _multitoken as MT
-from attnsvm.svm._solve import CERTIFY_RTOL
+from attnsvm.svm import CERTIFY_RTOL
 
 #: The scale contract's refusals all end with float64's normal range (attnsvm.scaling.range_error).
 RANGE = "float64's normal range [2.2e-308, 1.8e308]"
 #: Remedy that every refusal of the (plain) gradient carries (documented in multitoken_grad).
 GRAD_REMEDY = "Use the normalized gradient (direction and log-norm), which stays exact at any size"
-#: The certified min-norm solver's documented relative accuracy (attnsvm.svm._solve.min_norm_dual:
+#: The certified min-norm solver's documented relative accuracy (attnsvm.svm.min_norm_dual:
 #: ``error_bound`` and every KKT residual ≤ CERTIFY_RTOL) bounds W_mm, W_dir and W_fin.
 SOLVER_RTOL = CERTIFY_RTOL
 #: Hand-derived values computed from O(1) mantissas with a handful of roundings (each ≤ eps/2): 4 eps.

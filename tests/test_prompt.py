@@ -14,7 +14,7 @@ from attnsvm.model._grad import CANCELLED_MESSAGE
 from attnsvm.peer_strategies import prompt_instances
 from attnsvm.peers import _prompt as P
 from attnsvm.peers._toys import PROMPT_TOY_LR, PROMPT_TOY_Y0, prompt_toy
-from attnsvm.svm._solve import CERTIFY_RTOL, solve_svm
+from attnsvm.svm import CERTIFY_RTOL, solve_svm
 
 EPS = np.finfo(np.float64).eps
 #: Central differences with step h: truncation O(h²·|L'''|) ≈ 1e-12 plus rounding eps·|L|/h ≈ 2e-10

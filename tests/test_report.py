@@ -216,7 +216,7 @@ def test_counterexample_confirmation_separates_artefacts_from_survivors():
     """Seed 20000 is not locally optimal at step 1000 but changes tokens by step 10⁴ (an artefact of
     the finite horizon); seed 20031 keeps its non-locally-optimal tokens and keeps diverging."""
     from attnsvm.harness.families.local_global import _confirm_counterexamples
-    from attnsvm.svm._solve import is_locally_optimal
+    from attnsvm.svm import is_locally_optimal
 
     artefact, survivor = _candidate(20000), _candidate(20031)
     for c in (artefact, survivor):
@@ -429,7 +429,7 @@ def test_multitoken_points_show_their_run_counts(cheap_results: dict[str, E.Fami
 def test_svm_times_exclude_each_methods_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """Oracle: an injected cost. The first call of each (norm, method) sleeps WARMUP_S; no timed
     solve may include it, and the first-call times reported apart must."""
-    import attnsvm.svm._solve as svm_mod
+    import attnsvm.svm as svm_mod
 
     WARMUP_S = 0.25  # far above a tiny solve (ms), far below the test's budget
     real = svm_mod.solve_svm

@@ -1,6 +1,6 @@
 """The scale contract of the GD engines (issue 13 §1): right answer or a NumericalError naming the range.
 
-Every engine computes on the data rescaled by exact powers of two (``attnsvm.gd._engine._Scaled``: ``X'``,
+Every engine computes on the data rescaled by exact powers of two (``attnsvm.gd._scaled._Scaled``: ``X'``,
 ``z'`` of order one, ``v' = v·2^ex`` so the token values are unchanged, ``W' = W·2^k``), so the data's
 magnitude alone never overflows or underflows an intermediate; what remains out of range is the
 answer itself (an iterate, the logits ``x_itᵀ W z_i``, the token values ``vᵀx_it``), and that is
@@ -28,7 +28,7 @@ import pytest
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import AttnSVMError, NumericalError
-from attnsvm.gd._engine import (
+from attnsvm.gd import (
     direction_corr,
     direction_gap,
     fit_rate,

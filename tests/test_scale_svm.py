@@ -27,14 +27,14 @@ import pytest
 
 from attnsvm.errors import InfeasibleSVMError, NumericalError, SolverError
 from attnsvm.model._instance import Instance
-from attnsvm.svm._solve import CERTIFY_RTOL, local_optimality_report, min_norm_dual, solve_svm
+from attnsvm.svm import CERTIFY_RTOL, local_optimality_report, min_norm_dual, solve_svm
 
 ROOT = Path(__file__).resolve().parents[1]
 DECIMAL_RTOL = 4 * CERTIFY_RTOL
 POW2_RTOL = 2 * CERTIFY_RTOL
 #: Nuclear norm: the SDP solve is accurate to Clarabel's tolerances (1e-8) times the conditioning;
 #: the unit-row reformulation makes the scaled and unscaled SDPs the same up to one rounding per entry,
-#: so they agree to the solver's accuracy (NUC_SUPPORT_TOL = 1e-6 in attnsvm.svm._solve).
+#: so they agree to the solver's accuracy (NUC_SUPPORT_TOL = 1e-6 in attnsvm.svm).
 NUC_RTOL = 1e-6
 #: ...but W itself only to about √(1e-8) = 1e-4: the nuclear norm is not strongly convex, so an
 #: objective within 1e-8 of optimal pins W down only to the square root (measured here: 2.9e-6).

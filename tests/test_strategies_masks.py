@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import InvalidInstanceError
-from attnsvm.svm._solve import solve_svm
+from attnsvm.svm import solve_svm
 
 FAST = settings(
     max_examples=60,

@@ -7,7 +7,7 @@ import pytest
 
 import attnsvm as A
 from attnsvm.errors import AttnSVMError, InfeasibleSVMError, SolverError, UnknownNameError
-from attnsvm.svm._solve import (
+from attnsvm.svm import (
     CERTIFY_RTOL,
     NUC_FEAS_TOL,
     SUPPORT_RTOL,
@@ -269,7 +269,7 @@ def test_unknown_names_and_invalid_combinations():
 def test_non_optimal_solver_status_raises():
     import cvxpy as cp
 
-    from attnsvm.svm._solve import _check_cvxpy_status
+    from attnsvm.svm._conic import _check_cvxpy_status
 
     class Fake:
         def __init__(self, status):

@@ -16,10 +16,18 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
+import scipy.optimize
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 import attnsvm as A
+import attnsvm.svm._conic as _conic_mod
+import attnsvm.svm._constants as _constants_mod
+import attnsvm.svm._dual as _dual_mod
+import attnsvm.svm._optimality as _optimality_mod
+import attnsvm.svm._problem as _problem_mod
+import attnsvm.svm._results as _results_mod
+import attnsvm.svm._solve as _solve_mod
 from attnsvm.errors import (
     InfeasibleSVMError,
     InvalidInstanceError,
@@ -28,8 +36,43 @@ from attnsvm.errors import (
     UnknownNameError,
 )
 from attnsvm.model._instance import TIE_RTOL
-from attnsvm.svm import _solve as S
-from attnsvm.svm._solve import CERTIFY_RTOL, SUPPORT_RTOL, InfeasibleMinNormError, min_norm_dual, solve_svm
+from attnsvm.scaling import EPS
+from attnsvm.svm import CERTIFY_RTOL, SUPPORT_RTOL, InfeasibleMinNormError, min_norm_dual, solve_svm
+from attnsvm.svm._constants import FARKAS_ZERO_FACTOR, MULTIPLIER_RTOL
+from attnsvm.svm._dual import (
+    _Core,
+    _core,
+    _factor_from_gram,
+    _kkt,
+    _nonneg_representation,
+    _pow2_str,
+    _refine,
+    _Refused,
+    _tight_solve,
+)
+from attnsvm.svm._problem import _raise_infeasible
+from attnsvm.svm._results import KKTResiduals
+
+#: The modules of the Att-SVM solvers (attnsvm.svm without the working-set solver): a test that replaces a
+#: private helper replaces it in each of them that holds the name, i.e. wherever the solvers look it up.
+_SVM_MODULES = (
+    _constants_mod,
+    _results_mod,
+    _dual_mod,
+    _problem_mod,
+    _conic_mod,
+    _solve_mod,
+    _optimality_mod,
+)
+
+
+def _patch_svm(monkeypatch: pytest.MonkeyPatch, name: str, value: object) -> None:
+    """``monkeypatch.setattr`` of ``name`` in every solver module that holds it (defines or imports it)."""
+    held = [m for m in _SVM_MODULES if hasattr(m, name)]
+    assert held, f"no Att-SVM module holds {name}"
+    for m in held:
+        monkeypatch.setattr(m, name, value)
+
 
 #: Two certified solutions (each to CERTIFY_RTOL relative) of the same problem agree to 2·CERTIFY_RTOL.
 AGREE_RTOL = 2 * CERTIFY_RTOL
@@ -250,8 +293,8 @@ def test_most_violated_row_is_measured_relative_to_its_scale():
 def test_certificate_entries_at_the_multiplier_threshold_count_as_zero(monkeypatch):
     # MULTIPLIER_RTOL: an entry with |c_r| ≤ MULTIPLIER_RTOL·max|c| counts as 0 (boundary included). An
     # injected Farkas certificate (1, 1e-9, 0) on unit rows keeps row 0 only.
-    monkeypatch.setattr(
-        S,
+    _patch_svm(
+        monkeypatch,
         "_ldp_nnls",
         lambda Ln, bs, eqn: (np.zeros(Ln.shape[1]), np.zeros(bs.size), np.array([1.0, 1e-9, 0.0])),
     )
@@ -270,10 +313,10 @@ def test_refinement_gives_up_after_2m_plus_10_steps(monkeypatch):
         calls.append(LS.shape[0])
         return np.zeros(LS.shape[1]), -np.ones(LS.shape[0]), 1.0, LS.shape[0]
 
-    monkeypatch.setattr(S, "_tight_solve", always_negative)
+    _patch_svm(monkeypatch, "_tight_solve", always_negative)
     m = 4
-    with pytest.raises(S._Refused):
-        S._refine(np.eye(m), np.ones(m), np.zeros(m, dtype=bool), np.array([0]))
+    with pytest.raises(_Refused):
+        _refine(np.eye(m), np.ones(m), np.zeros(m, dtype=bool), np.array([0]))
     assert len(calls) == m + 5
 
 
@@ -284,9 +327,9 @@ def test_nnls_fallback_when_the_refinement_refuses(monkeypatch):
     ref = min_norm_dual(Am @ Am.T, b, factor=Am)
 
     def refuse(*args, **kwargs):
-        raise S._Refused("test")
+        raise _Refused("test")
 
-    monkeypatch.setattr(S, "_refine", refuse)
+    _patch_svm(monkeypatch, "_refine", refuse)
     r = min_norm_dual(Am @ Am.T, b, factor=Am)
     assert r.method == "nnls" and r.iterations == 0
     assert r.error_bound == np.inf and not r.certified
@@ -311,12 +354,12 @@ def test_nnls_iteration_limit_scales_with_the_number_of_rows():
 
 # ===================================================================== Att-SVM: Frobenius
 def _perturbed_core(monkeypatch, edit):
-    real = S._core
+    real = _core
 
     def fake(*args, **kwargs):
         return edit(real(*args, **kwargs))
 
-    monkeypatch.setattr(S, "_core", fake)
+    _patch_svm(monkeypatch, "_core", fake)
 
 
 @pytest.mark.parametrize(
@@ -382,7 +425,7 @@ def test_timings_are_durations():
 def test_conic_failure_is_reported_under_the_method_that_ran(monkeypatch, method):
     # An unsolved cvxpy problem has status None: the error must name the program that was built
     # ("primal Att-SVM" is the matrix program, "vector Att-SVM" the one on svm_rows).
-    monkeypatch.setattr(S, "_cvxpy_solve", lambda prob, what: None)
+    _patch_svm(monkeypatch, "_cvxpy_solve", lambda prob, what: None)
     inst = A.random_instance(3, 4, 5, seed=0)
     with pytest.raises(
         SolverError, match=rf"^{method} Att-SVM: cvxpy returned status None without a solution"
@@ -422,10 +465,10 @@ def test_infeasibility_message_with_exact_certificate_says_no_w_at_all():
     with pytest.raises(
         InfeasibleSVMError, match=re.escape("(Farkas certificate; a solution would need no W at all).")
     ):
-        S._raise_infeasible(c, err)
+        _raise_infeasible(c, err)
     err = InfeasibleMinNormError("test", np.array([0.5, 0.5]), 123.0)
     with pytest.raises(InfeasibleSVMError, match=re.escape("a solution would need ||W||_F >= 123).")):
-        S._raise_infeasible(c, err)
+        _raise_infeasible(c, err)
 
 
 # ====================================================================== Att-SVM: nuclear norm
@@ -452,8 +495,8 @@ def _fake_conic(monkeypatch, value, status):
         (var,) = prob.variables()
         var.save_value(np.broadcast_to(value, var.shape).copy())
 
-    monkeypatch.setattr(S, "_cvxpy_solve", solve)
-    monkeypatch.setattr(S, "_check_cvxpy_status", lambda prob, what: status)
+    _patch_svm(monkeypatch, "_cvxpy_solve", solve)
+    _patch_svm(monkeypatch, "_check_cvxpy_status", lambda prob, what: status)
 
 
 def test_nuclear_norm_solver_reporting_infeasible_is_a_solver_error(monkeypatch):
@@ -483,8 +526,8 @@ BOUND_RTOL = 1e-14
 
 def _inject_certificate(monkeypatch, certificate):
     """Make the Lawson–Hanson step report infeasibility with the given (row-normalised) certificate."""
-    monkeypatch.setattr(
-        S,
+    _patch_svm(
+        monkeypatch,
         "_ldp_nnls",
         lambda Ln, bs, eqn: (np.zeros(Ln.shape[1]), np.zeros(bs.size), np.asarray(certificate, dtype=float)),
     )
@@ -497,7 +540,7 @@ def test_farkas_combination_is_zero_exactly_within_its_rounding_bound(monkeypatc
     # since δ² < eps) and certificate c = (1, 1) give Σ c_r L_r = (0, δ) exactly, Σ|c_r|·||L_r|| = 2 and
     # m = 2: δ at 0.9× the threshold is "no W at all", at 1.1× the bound is bᵀc/δ = 2/δ.
     m = 2
-    threshold = S.FARKAS_ZERO_FACTOR * (m + 1) * S.EPS * 2.0
+    threshold = FARKAS_ZERO_FACTOR * (m + 1) * EPS * 2.0
     delta = fraction * threshold
     L = np.array([[1.0, 0.0], [-1.0, delta]])
     assert np.linalg.norm(L, axis=1).tolist() == [1.0, 1.0]  # the premise: ||L_r|| are exactly 1
@@ -566,19 +609,19 @@ def test_kkt_residual_formulas():
     ineq = np.zeros(2, dtype=bool)
     # λ = (1, 0.5): complementary slackness max_r (λ_r/max λ)·|slack_r|/scale_r = 0.5·2/2 = 0.5;
     # stationarity 0.25/||w||; gap |½ − (bᵀλ − ½·1)|/½ = |0.5 − 1|/0.5 = 1.
-    r = S._kkt(margins, b, ineq, rn, np.array([1.0, 0.5]), 1.0, 0.25, 1.0)
-    assert r == S.KKTResiduals(0.0, 0.0, 0.25, 0.5, 1.0)
+    r = _kkt(margins, b, ineq, rn, np.array([1.0, 0.5]), 1.0, 0.25, 1.0)
+    assert r == KKTResiduals(0.0, 0.0, 0.25, 0.5, 1.0)
     # λ = (1, −0.25): dual feasibility 0.25/max|λ| = 0.25; a violated row (margin 0 < b = 1) has primal
     # residual 1/scale = 1/2.
-    r = S._kkt(np.array([1.0, 0.0]), b, ineq, rn, np.array([1.0, -0.25]), 1.0, 0.0, 0.0)
+    r = _kkt(np.array([1.0, 0.0]), b, ineq, rn, np.array([1.0, -0.25]), 1.0, 0.0, 0.0)
     assert r.dual_feasibility == 0.25 and r.primal_feasibility == 0.5
     assert r.complementary_slackness == 0.25 * 1.0 / 2.0
 
 
-@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(S.KKTResiduals)])
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(KKTResiduals)])
 def test_kkt_max_covers_every_residual(name):
     # certification compares kkt.max() with CERTIFY_RTOL, so no residual may be left out of the max
-    res = S.KKTResiduals(0.0, 0.0, 0.0, 0.0, 0.0)
+    res = KKTResiduals(0.0, 0.0, 0.0, 0.0, 0.0)
     assert dataclasses.replace(res, **{name: 1.0}).max() == 1.0
 
 
@@ -602,15 +645,15 @@ def test_rounding_level_negative_multiplier_keeps_the_least_norm_multipliers(mon
     # rank-deficient tight set (rows e₁, e₁, e₂, b = (1, 1, 0)) it must not trigger the nonnegative
     # re-representation: the least-norm multipliers (½, ½, 0) are kept (clipped to 0 in the result).
     # Injected: −½·MULTIPLIER_RTOL·max|λ| on the zero multiplier of row 2.
-    real = S._tight_solve
+    real = _tight_solve
 
     def nudged(LS, bS):
         u, lamS, cond_K, rank = real(LS, bS)
         lamS = lamS.copy()
-        lamS[-1] = -0.5 * S.MULTIPLIER_RTOL * np.max(np.abs(lamS))
+        lamS[-1] = -0.5 * MULTIPLIER_RTOL * np.max(np.abs(lamS))
         return u, lamS, cond_K, rank
 
-    monkeypatch.setattr(S, "_tight_solve", nudged)
+    _patch_svm(monkeypatch, "_tight_solve", nudged)
     Am = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     r = min_norm_dual(Am @ Am.T, np.array([1.0, 1.0, 0.0]), factor=Am, support_hint=[0, 1, 2])
     assert r.method == "active-set" and r.iterations == 1
@@ -620,9 +663,9 @@ def test_rounding_level_negative_multiplier_keeps_the_least_norm_multipliers(mon
 
 def test_residuals_equal_to_certify_rtol_still_certify(monkeypatch):
     # CERTIFY_RTOL: certified when every residual is *at most* this (boundary included).
-    real = S._kkt
-    monkeypatch.setattr(
-        S, "_kkt", lambda *a, **kw: dataclasses.replace(real(*a, **kw), duality_gap=CERTIFY_RTOL)
+    real = _kkt
+    _patch_svm(
+        monkeypatch, "_kkt", lambda *a, **kw: dataclasses.replace(real(*a, **kw), duality_gap=CERTIFY_RTOL)
     )
     sol = solve_svm(A.random_instance(3, 4, 5, seed=0))
     assert sol.kkt is not None and sol.kkt.max() == CERTIFY_RTOL
@@ -643,7 +686,7 @@ def test_frobenius_result_names_solver_and_counts_iterations():
 def test_conic_solver_wrongly_reporting_infeasible_is_a_solver_error(monkeypatch, method):
     # cvxpy says "infeasible" but the exact dual finds a feasible point: the conic solver is wrong, and the
     # error must say so under the method that ran.
-    monkeypatch.setattr(S, "_cvxpy_fro", lambda inst, c, meth: (None, "infeasible"))
+    _patch_svm(monkeypatch, "_cvxpy_fro", lambda inst, c, meth: (None, "infeasible"))
     msg = (
         f"{method} Att-SVM: cvxpy reported infeasible, but the exact dual finds a feasible point; "
         "the conic solver is unreliable on this instance. Use method='dual'."
@@ -687,8 +730,8 @@ def _fake_conic_with_dual(monkeypatch, value, dual):
         (con,) = prob.constraints
         con.save_dual_value(np.full(con.shape, dual))
 
-    monkeypatch.setattr(S, "_cvxpy_solve", solve)
-    monkeypatch.setattr(S, "_check_cvxpy_status", lambda prob, what: "optimal")
+    _patch_svm(monkeypatch, "_cvxpy_solve", solve)
+    _patch_svm(monkeypatch, "_check_cvxpy_status", lambda prob, what: "optimal")
 
 
 def test_nuclear_norm_error_bound_is_the_relative_certified_gap(monkeypatch):
@@ -714,7 +757,7 @@ def test_gram_eigen_factor_path_for_large_problems(monkeypatch):
     # the multipliers; forcing that path (limit 0) on a small instance must give the same certified W.
     inst = A.random_instance(4, 5, 6, seed=2)
     ref = solve_svm(inst)
-    monkeypatch.setattr(S, "MAX_FACTOR_ENTRIES", 0)
+    _patch_svm(monkeypatch, "MAX_FACTOR_ENTRIES", 0)
     sol = solve_svm(inst)
     assert ref.certified and sol.certified
     np.testing.assert_allclose(sol.W, ref.W, rtol=0, atol=AGREE_RTOL * np.linalg.norm(ref.W))
@@ -770,9 +813,9 @@ def test_nonneg_representation_survives_the_nnls_iteration_limit(monkeypatch):
     def limit(*args, **kwargs):
         raise RuntimeError("Maximum number of iterations reached.")
 
-    monkeypatch.setattr(S.scipy.optimize, "nnls", limit)
+    monkeypatch.setattr(scipy.optimize, "nnls", limit)
     LS = np.array([[1.0, 0.0], [1.0, 0.0]])
-    assert S._nonneg_representation(LS, np.array([1.0, 0.0]), np.array([False, False])) is None
+    assert _nonneg_representation(LS, np.array([1.0, 0.0]), np.array([False, False])) is None
 
 
 # ============================================================ third mutation sample (seed 20261201)
@@ -781,7 +824,7 @@ def test_nonneg_representation_may_give_an_equality_row_a_negative_multiplier():
     # λ₁ ≥ 0, so the equality row's multiplier is ≤ −1 (negative multipliers are allowed on equalities).
     LS = np.array([[1.0, 0.0], [1.0, 0.0]])
     u = np.array([-1.0, 0.0])
-    lam = S._nonneg_representation(LS, u, np.array([True, False]))
+    lam = _nonneg_representation(LS, u, np.array([True, False]))
     assert lam is not None
     np.testing.assert_allclose(LS.T @ lam, u, rtol=0, atol=EXACT_ATOL)  # the representation itself
     assert lam[1] >= 0.0 and lam[0] <= -1.0 + EXACT_ATOL
@@ -813,12 +856,12 @@ def test_pow2_formatting_beyond_the_double_range_ignores_numpy_error_state(x, e)
     # Oracle: the exact value x·2^e in decimal arithmetic (28 digits), rounded to 3 significant digits.
     expected = format(Decimal(x) * Decimal(2) ** e, ".3g")
     with np.errstate(all="raise"):
-        assert S._pow2_str(x, e) == expected
+        assert _pow2_str(x, e) == expected
 
 
 def test_unsolved_nuclear_norm_program_is_named_in_the_solver_error(monkeypatch):
     # An unsolved cvxpy problem has status None: the error names the SDP that was built.
-    monkeypatch.setattr(S, "_cvxpy_solve", lambda prob, what: None)
+    _patch_svm(monkeypatch, "_cvxpy_solve", lambda prob, what: None)
     msg = "nuclear-norm Att-SVM: cvxpy returned status None without a solution. Use method='dual'."
     with pytest.raises(SolverError, match="^" + re.escape(msg) + "$"):
         solve_svm(A.random_instance(3, 3, 3, seed=0), norm="nuc")
@@ -922,8 +965,8 @@ def test_least_norm_range_error_gives_the_remedy():
 
 def test_error_bound_equal_to_certify_rtol_still_certifies(monkeypatch):
     # CERTIFY_RTOL: certified when the error bound is *at most* this (boundary included).
-    real = S._core
-    monkeypatch.setattr(S, "_core", lambda *a: dataclasses.replace(real(*a), error_bound=CERTIFY_RTOL))
+    real = _core
+    _patch_svm(monkeypatch, "_core", lambda *a: dataclasses.replace(real(*a), error_bound=CERTIFY_RTOL))
     Am, b = _generic(0)
     r = min_norm_dual(Am @ Am.T, b, factor=Am)
     assert r.error_bound == CERTIFY_RTOL and r.certified
@@ -933,11 +976,11 @@ def test_eigen_factor_keeps_eigenvalues_above_its_rank_cut_only():
     # The eigendecomposition factor drops eigenvalues below 16·m·eps·λ_max (rounding of a PSD matrix).
     # A diagonal K has exact eigenvalues: 16.5·m·eps is kept, 15.5·m·eps dropped (m = 2).
     m = 2
-    keep = np.diag([1.0, 16.5 * m * S.EPS])
-    L = S._factor_from_gram(keep)
+    keep = np.diag([1.0, 16.5 * m * EPS])
+    L = _factor_from_gram(keep)
     assert L.shape == (2, 2)
     np.testing.assert_allclose(L @ L.T, keep, rtol=0, atol=EXACT_ATOL)
-    assert S._factor_from_gram(np.diag([1.0, 15.5 * m * S.EPS])).shape == (2, 1)
+    assert _factor_from_gram(np.diag([1.0, 15.5 * m * EPS])).shape == (2, 1)
 
 
 def test_empty_problem_with_a_factor_is_trivial():
@@ -991,8 +1034,8 @@ def test_infeasibility_bound_beyond_the_double_range_is_inf_and_quoted_from_loga
 
 def test_local_optimality_refuses_an_uncertified_solution_with_the_documented_sentence(monkeypatch):
     # Inflate one KKT residual to 1: the solution is then not certified and no verdict may be given.
-    real = S._kkt
-    monkeypatch.setattr(S, "_kkt", lambda *a, **kw: dataclasses.replace(real(*a, **kw), duality_gap=1.0))
+    real = _kkt
+    _patch_svm(monkeypatch, "_kkt", lambda *a, **kw: dataclasses.replace(real(*a, **kw), duality_gap=1.0))
     msg = (
         r"^cannot decide local optimality: the Att-SVM\(alpha\) solution is not certified \(error bound "
         r"\S+, largest relative KKT residual 1 > 1e-09\), so its support tokens are uncertain\. The instance "
@@ -1082,8 +1125,10 @@ def test_min_norm_kkt_residuals_of_an_injected_point_follow_their_definitions(mo
     """
     delta = 2.0**-10
     w = np.array([1.0 + delta, 0.5])
-    monkeypatch.setattr(
-        S, "_core", lambda L, b, eq, hint: S._Core(w.copy(), np.array([0.5, -0.5]), 0.0, 1, "injected")
+    _patch_svm(
+        monkeypatch,
+        "_core",
+        lambda L, b, eq, hint: _Core(w.copy(), np.array([0.5, -0.5]), 0.0, 1, "injected"),
     )
     Amat = np.array([[1.0, 0.0], [0.0, 4.0]])
     sol = min_norm_dual(Amat @ Amat.T, np.array([1.0, 2.0]), equality=[0], factor=Amat)
@@ -1102,9 +1147,11 @@ def test_att_svm_primal_feasibility_of_a_shrunk_solution_follows_its_definition(
     the residual of each row is measured with its own ``||Δ_r||·||z_i||`` (rows of different lengths
     here: ``Δ = (1, 0)`` and ``(0, 3)``, and a second sequence with query ``(0, 2)``).
     """
-    real = S._core
-    monkeypatch.setattr(
-        S, "_core", lambda *a: dataclasses.replace(real(*a), u=real(*a).u * (15.0 / 16.0), method="shrunk")
+    real = _core
+    _patch_svm(
+        monkeypatch,
+        "_core",
+        lambda *a: dataclasses.replace(real(*a), u=real(*a).u * (15.0 / 16.0), method="shrunk"),
     )
     X = np.array(
         [
@@ -1363,7 +1410,7 @@ def test_nnls_iteration_limit_on_the_dual_is_a_solver_error(monkeypatch):
     def stuck(*args, **kwargs):
         raise RuntimeError("Maximum number of iterations reached.")
 
-    monkeypatch.setattr(S.scipy.optimize, "nnls", stuck)
+    monkeypatch.setattr(scipy.optimize, "nnls", stuck)
     K, b = _generic(0)
     with pytest.raises(
         SolverError, match=r"^NNLS did not converge on the dual \(Maximum number of iterations reached\.\)"

@@ -2,7 +2,7 @@
 
 Oracles (each test names its own):
 
-* the dense certified solver ``solve_svm(method="dual")`` (the exact core of :mod:`attnsvm.svm._solve` on the
+* the dense certified solver ``solve_svm(method="dual")`` (the exact core of :mod:`attnsvm.svm` on the
   whole ``m × m`` problem): ``W`` equal within the two certified error bounds, the same support;
 * the KKT conditions recomputed from scratch from the returned ``W`` and multipliers with the public
   tensor-trick code (:func:`attnsvm.svm_margins` for every row's margin, :func:`attnsvm.svm_rows` for
@@ -29,7 +29,7 @@ import attnsvm as A
 import attnsvm.svm._working_set as ws
 from attnsvm import strategies as S
 from attnsvm.errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError, SolverError
-from attnsvm.svm._solve import CERTIFY_RTOL, MULTIPLIER_RTOL, solve_svm
+from attnsvm.svm import CERTIFY_RTOL, MULTIPLIER_RTOL, solve_svm
 from attnsvm.svm._working_set import solve_svm_working_set
 
 EPS = float(np.finfo(np.float64).eps)

@@ -24,9 +24,10 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-import attnsvm.svm._solve as svm_solve
+import attnsvm.svm._problem as svm_problem
 import attnsvm.svm._working_set as ws
-from attnsvm.svm._solve import CERTIFY_RTOL, _pairs_alpha, _unit_svm, solve_svm
+from attnsvm.svm import CERTIFY_RTOL, solve_svm
+from attnsvm.svm._problem import _pairs_alpha, _unit_svm
 from attnsvm.svm._working_set import solve_svm_working_set
 
 EPS = float(np.finfo(np.float64).eps)
@@ -395,7 +396,7 @@ def test_a_non_finite_exact_core_solution_raises_the_documented_error(
     monkeypatch.setattr(ws, "FAST_COND_MAX", 0.0)
     monkeypatch.setattr(ws, "_core_W", poisoned)
     if gram_factor:
-        monkeypatch.setattr(svm_solve, "MAX_FACTOR_ENTRIES", 0)
+        monkeypatch.setattr(svm_problem, "MAX_FACTOR_ENTRIES", 0)
     inst = A.random_instance(6, 5, 6, seed=0, family="unit")
     with pytest.raises(A.SolverError, match=r"the Att-SVM solution is not finite; the instance is too badly"):
         solve_svm_working_set(inst)

@@ -23,11 +23,12 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 import attnsvm as A
-import attnsvm.svm._solve as svm_mod
+import attnsvm.svm._problem as svm_problem
 import attnsvm.svm._working_set as ws
 from attnsvm import strategies as S
 from attnsvm.errors import InfeasibleSVMError, InvalidInstanceError, SolverError
-from attnsvm.svm._solve import CERTIFY_RTOL, SUPPORT_RTOL, solve_svm
+from attnsvm.svm import CERTIFY_RTOL, SUPPORT_RTOL, solve_svm
+from attnsvm.svm._constants import INFEASIBLE_NORM
 from attnsvm.svm._working_set import solve_svm_working_set
 
 EPS = float(np.finfo(np.float64).eps)
@@ -286,7 +287,7 @@ def test_eigendecomposition_factor_gives_the_same_answer(monkeypatch: pytest.Mon
     is rebuilt from the multipliers) and the fast path is refused: the same certified ``W`` and support."""
     inst = A.random_instance(6, 5, 6, seed=0, family="unit")
     ref = solve_svm(inst, method="dual")
-    monkeypatch.setattr(svm_mod, "MAX_FACTOR_ENTRIES", 0)
+    monkeypatch.setattr(svm_problem, "MAX_FACTOR_ENTRIES", 0)
     monkeypatch.setattr(ws, "FAST_COND_MAX", 0.0)
     sol = solve_svm_working_set(inst)
     assert EXACT.fullmatch(sol.solver) is not None
@@ -305,7 +306,7 @@ COND_AGREE_RTOL = 1e-6
 
 def test_near_active_row_is_not_in_the_support() -> None:
     """Oracle: the definition of the support (``|margin_r − 1| ≤ SUPPORT_RTOL·(1 + ||Δ_r||·||z_i||·||W||)``,
-    :class:`attnsvm.svm._solve.SVMSolution`) on a hand-solved instance, and the dense dual. The nearest row
+    :class:`attnsvm.svm.SVMSolution`) on a hand-solved instance, and the dense dual. The nearest row
     ``Δ = (1, 0)`` alone gives ``W = [[1, 0], [0, 0]]``; the row ``(1 + 4e-9, 1)`` then has margin
     ``1 + 4e-9``, outside its band (2.4e-9), and eight far rows ``(3, k)`` margin 3: the support is the
     nearest row only, whatever the number of rows."""
@@ -322,7 +323,7 @@ def test_near_active_row_is_not_in_the_support() -> None:
 
 
 def test_unresolved_support_row_is_not_certified() -> None:
-    """Oracle: hand-solved, and the documented certification rule (:class:`attnsvm.svm._solve.SVMSolution`: a
+    """Oracle: hand-solved, and the documented certification rule (:class:`attnsvm.svm.SVMSolution`: a
     support row with ``1 ≤ SUPPORT_RTOL·(1 + ||Δ_it||·||z_i||·||W||)`` is unresolved, so not certified), as the
     dense dual decides. Queries ``e₁``, ``e₂``; ``Δ = (2^-34, 0)`` forces ``W e₁ = (2^34, 0)``, ``Δ = (1, 0)``
     asks ``W e₂ = (1, 0)``: ``W = [[2^34, 1], [0, 0]]``, both rows in the support, the second with
@@ -425,7 +426,7 @@ MOST_VIOLATED_FIRST = [[(1.0, 0.0), (0.0, 1.5), (-3.0, 4.0)]]
 def test_most_violated_row_joins_first() -> None:
     """Oracle: hand-solved, and the documented rule (the most violated rows join the working set; violation
     measured as the KKT primal-feasibility residual of the row, ``(1 − margin)/(1 + ||Δ||·||z||·||W||)``, as in
-    :class:`attnsvm.svm._solve.KKTResiduals`). With one row per round, ``(−3, 4)`` (residual 0.67) joins before
+    :class:`attnsvm.svm.KKTResiduals`). With one row per round, ``(−3, 4)`` (residual 0.67) joins before
     ``(0, 3/2)`` (0.4); ``{(1, 0), (−3, 4)}`` gives ``w = (1, 1)`` (multipliers ``7/4, 1/4 > 0``), which meets
     ``(0, 3/2)`` with margin 3/2: two rounds of one pivoting step each, on the fast path."""
     sol, seen = _run(_decoupled(MOST_VIOLATED_FIRST), [0], chunk=1)
@@ -446,7 +447,7 @@ SLACK_ROW_GAP = 6e-10
 
 def test_dual_feasibility_is_relative_to_the_posed_multipliers() -> None:
     """Oracle: the definition of ``dual_feasibility`` (``max(0, −min λ)/max|λ|`` over the multipliers of the
-    problem as posed, :class:`attnsvm.svm._solve.KKTResiduals`), with ``λ`` recomputed in exact rational arithmetic
+    problem as posed, :class:`attnsvm.svm.KKTResiduals`), with ``λ`` recomputed in exact rational arithmetic
     as the unique representation ``W = Σ λ_r Δ_r z_rᵀ`` of the returned ``W`` (two independent rows).
     Rows ``Δ_b = (1, 0)`` and ``Δ_a = (1, √3)/(1 − 6e-10)`` (query ``e₁`` for both; ``||Δ_a|| ≠ ||Δ_b||``, so the
     unit-row multipliers are not proportional to the posed ones): ``Δ_a`` has slack ``6e-10`` at ``W_mm``, and
@@ -586,7 +587,7 @@ def _two_row_optimum(c: float, e: float) -> list[Any] | None:
     if r2[0] >= 1:
         cands.append(r2)
     w = min(cands, key=lambda v: v[0] ** 2 + v[1] ** 2)
-    return None if mp.sqrt(w[0] ** 2 + w[1] ** 2) > svm_mod.INFEASIBLE_NORM else w
+    return None if mp.sqrt(w[0] ** 2 + w[1] ** 2) > INFEASIBLE_NORM else w
 
 
 @settings(max_examples=100, deadline=None, database=None)
@@ -647,7 +648,7 @@ def test_solution_beyond_the_infeasible_norm_raises_like_the_dense_solver() -> N
     b_ws, b_dense = _farkas_norm_bound(ws_err.value), _farkas_norm_bound(dense_err.value)
     assert math.isclose(b_ws, b_dense, rel_tol=PRINTED_3G_RTOL)
     least_norm = math.hypot(1.0, 2.0 / HUGE_NORM_DELTA)
-    assert svm_mod.INFEASIBLE_NORM < b_ws <= least_norm * (1 + PRINTED_3G_RTOL)
+    assert INFEASIBLE_NORM < b_ws <= least_norm * (1 + PRINTED_3G_RTOL)
 
 
 # ----------------------------------------------------------------------- ties (documented)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from attnsvm.errors import AttnSVMError
-from attnsvm.gd._engine import direction_gap, run_gd
+from attnsvm.gd import direction_gap, run_gd
 from attnsvm.peers import _toys as T
-from attnsvm.svm._solve import CERTIFY_RTOL, is_locally_optimal, solve_svm
+from attnsvm.svm import CERTIFY_RTOL, is_locally_optimal, solve_svm
 
 
 @pytest.mark.parametrize("c", T.PROMPT_TOY_C)

@@ -82,7 +82,7 @@ def module_summary(name: str, root: Path = ROOT) -> str:
 
 
 def api_page_path(name: str) -> str:
-    """Site path of a module's API page: ``attnsvm.svm._solve`` → ``api/svm.md``."""
+    """Site path of a module's API page: ``attnsvm.svm`` → ``api/svm.md``."""
     return "api/" + name.split(".", 1)[1].replace(".", "/") + ".md"
 
 

@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-from ._engine import (
-    BatchTrajectory,
-    GDRecord,
-    GDTrajectory,
-    KQTrajectory,
-    PathPoint,
-    PathStep,
-    RateFit,
-    RegularizationPath,
-    default_record_steps,
-    direction_corr,
-    direction_gap,
-    fit_rate,
-    projected_path,
-    regularization_path,
-    run_gd,
-    run_gd_batch,
-    run_gd_kq,
-)
+from ._batch import BatchTrajectory, run_gd_batch
+from ._kq import KQTrajectory, run_gd_kq
+from ._metrics import RateFit, direction_corr, direction_gap, fit_rate
+from ._paths import PathPoint, PathStep, RegularizationPath, projected_path, regularization_path
+from ._single import GDRecord, GDTrajectory, default_record_steps, run_gd
 
 __all__ = [
     "GDRecord",

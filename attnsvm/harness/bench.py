@@ -22,7 +22,7 @@ ratios compare like with like:
   ≤ 4 GiB at ``m = 31744``. The full scale rows take about two minutes; ``--quick`` runs
   ``m = 480, 1984``.
 * ``gd`` — instance-steps per second of the batched engine's step
-  (:class:`attnsvm.gd._engine._TorchBatch`, the step of :func:`attnsvm.gd._engine.run_gd_batch`) against a
+  (:class:`attnsvm.gd._torch_engine._TorchBatch`, the step of :func:`attnsvm.gd.run_gd_batch`) against a
   per-instance torch autograd + SGD loop (normalized GD, the way published experiments run
   it), same torch thread count (2), batch 4096. Two loops: :func:`autograd_loop_rate`, lean
   (no module, an einsum, a stable softplus: the stricter baseline, the headline ratio), and
@@ -164,7 +164,7 @@ def bench_svm(
     ``error_bound``, ``time_over_dual`` (method time / median dual time at the same ``d``).
     """
     from ..model._instance import random_instance
-    from ..svm._solve import solve_svm
+    from ..svm import solve_svm
 
     dims = SVM_TINY if tiny else SVM_QUICK if quick else SVM_FULL
     rows: list[dict[str, Any]] = []
@@ -274,7 +274,7 @@ def _scale_child(method: str, n: int, T: int, d: int, seed: int, C: float, w_pat
     mark reset just before) minus the resident set before it: everything the solve allocates, C libraries
     included, over the process after imports and set-up."""
     from ..model._instance import random_instance
-    from ..svm._solve import solve_svm
+    from ..svm import solve_svm
     from ..svm._working_set import solve_svm_working_set
 
     inst = random_instance(n, T, d, seed=seed)
@@ -556,7 +556,9 @@ def bench_gd(
     """
     import torch
 
-    from ..gd._engine import _stack_instances, _TorchBatch, run_gd_batch
+    from ..gd import run_gd_batch
+    from ..gd._batch import _stack_instances
+    from ..gd._torch_engine import _TorchBatch
     from ..model._instance import random_instance
     from ..model._losses import get_loss
 

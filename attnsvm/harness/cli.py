@@ -158,7 +158,7 @@ def cmd_svm(args: argparse.Namespace) -> int:
         alpha = a_cli
     alpha = inst.check_alpha(alpha)
     from ..errors import SolverError
-    from ..svm._solve import local_optimality_report, solve_svm
+    from ..svm import local_optimality_report, solve_svm
 
     t0 = time.perf_counter()
     try:
@@ -280,7 +280,7 @@ def cmd_gd(args: argparse.Namespace) -> int:
         alpha = a_cli
     if alpha is not None:
         alpha = inst.check_alpha(alpha)
-    from ..gd._engine import run_gd
+    from ..gd import run_gd
 
     t0 = time.perf_counter()
     traj = run_gd(inst, steps=args.steps, lr=args.lr, normalized=not args.plain, loss=args.loss)
@@ -311,8 +311,8 @@ def cmd_gd(args: argparse.Namespace) -> int:
         "time_s": elapsed,
     }
     if args.svm:
-        from ..gd._engine import direction_corr, direction_gap
-        from ..svm._solve import solve_svm
+        from ..gd import direction_corr, direction_gap
+        from ..svm import solve_svm
 
         target = traj.final_tokens if alpha is None else alpha
         key = "svm_final_tokens" if alpha is None else "svm_alpha"
@@ -629,7 +629,7 @@ def _property_checks(examples: int = CHECK_EXAMPLES) -> list[tuple[str, Any]]:
         ("normalized direction finite at saturation", normalized_direction_is_unit_and_finite),
     ]
     from ..model._tensor import svm_margins
-    from ..svm._solve import solve_svm
+    from ..svm import solve_svm
 
     @settings(
         max_examples=max(1, examples // 2),

@@ -33,7 +33,7 @@ multiples of :data:`GD_ALIGN` = 32 instances put every element at the same posit
 those blocks (the last chunk ends where the batch ends), so each element is computed by the same code
 path. Two conditions remain. (i) Met by every family's runs (measured at sizes small and paper: the
 batched engine takes its linear-domain path for every instance at every step, on moderate unit-norm
-data without exact score ties): the batched engine (:func:`attnsvm.gd._engine.run_gd_batch`) makes a few decisions over the whole
+data without exact score ties): the batched engine (:func:`attnsvm.gd.run_gd_batch`) makes a few decisions over the whole
 batch rather than per instance: the data's rescaling when some instance has entries beyond 2^±64,
 the switch of the whole batch to the log-domain path when more than half of it is saturated, the
 tie-free form of that path, and the norm's rescaling when some instance's ``||∇L||`` leaves

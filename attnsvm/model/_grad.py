@@ -101,7 +101,7 @@ NEGLIGIBLE_LOG = 46.0
 #: The normalized direction is refused when ``||∇L|| ≤ CANCELLATION_FACTOR·nT·eps·Σ|w_it| ||x_it|| ||z_i||``:
 #: below that, float64 cannot tell the gradient from the rounding of its own sum.
 CANCELLATION_FACTOR = 8
-#: The error raised there (also by the batched engine, :func:`attnsvm.gd._engine.run_gd_batch`).
+#: The error raised there (also by the batched engine, :func:`attnsvm.gd.run_gd_batch`).
 CANCELLED_MESSAGE = (
     "the risk gradient's contributions cancel to rounding level at this W "
     f"(||∇L|| ≤ {CANCELLATION_FACTOR}·nT·eps × the sum of their magnitudes): W is stationary up to "

@@ -45,7 +45,7 @@ from ..model._grad import GradDirection, signed_log_derivative
 from ..model._instance import Instance, require_unmasked
 from ..model._losses import LossLike, get_loss
 from ..scaling import range_error
-from ..svm._solve import KKTResiduals
+from ..svm import KKTResiduals
 from ._prompt import (
     GRAD_LOW_BITS,
     PromptData,
@@ -232,7 +232,7 @@ class JointSVMSolution:
       v: ``v_mm``, shape ``(d,)``.
       v_duals: multipliers of ``min ½||v||²`` (``v = Σ_i λ_i Y_i x_iα_i``), shape ``(n,)``.
       v_margins: ``Y_i v_mmᵀ x_iα_i``, shape ``(n,)``.
-      support_inputs: ``S``, sorted indices with margin 1 (to :data:`attnsvm.svm._solve.SUPPORT_RTOL`),
+      support_inputs: ``S``, sorted indices with margin 1 (to :data:`attnsvm.svm.SUPPORT_RTOL`),
         weakly active inputs (margin 1, zero multiplier) included.
       p: ``p_relax``, shape ``(d,)``.
       p_duals, p_rows, p_pairs, p_margins: the relaxed p-SVM's multipliers, rows

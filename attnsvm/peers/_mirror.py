@@ -56,7 +56,7 @@ from .._deps import require
 from .._types import FloatArray, Int64Array
 from .._validation import as_real_array, check_int, check_positive
 from ..errors import AttnSVMError, InfeasibleSVMError, NumericalError, SolverError
-from ..gd._engine import record_steps
+from ..gd._single import record_steps
 from ..model._attention import logits_of
 from ..model._instance import Instance, require_unmasked
 from ..model._losses import LossLike, get_loss

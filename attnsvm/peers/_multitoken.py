@@ -52,13 +52,13 @@ from numpy.typing import ArrayLike, NDArray
 from .._types import FloatArray
 from .._validation import as_real_array, check_int, check_positive
 from ..errors import AttnSVMError, InvalidInstanceError, NumericalError, SolverError
-from ..gd._engine import direction_corr
+from ..gd import direction_corr
 from ..model._attention import logits_of
 from ..model._grad import GradDirection
 from ..model._instance import Instance, require_unmasked
 from ..model._losses import LossLike, get_loss
 from ..scaling import pow2_exponent, range_error
-from ..svm._solve import CERTIFY_RTOL, KKTResiduals, MinNormSolution, solve_svm
+from ..svm import CERTIFY_RTOL, KKTResiduals, MinNormSolution, solve_svm
 from ._prompt import (
     ScaledCore,
     core_direction,
@@ -426,7 +426,7 @@ def _certified(sol: MinNormSolution, what: str) -> MinNormSolution:
     """``sol`` when the certified solver certified it; otherwise :class:`SolverError` naming the problem.
 
     An uncertified least-norm point (``error_bound = cond(K_S)·eps`` or a relative KKT residual above
-    :data:`attnsvm.svm._solve.CERTIFY_RTOL`) may be wrong in every digit, so it is never returned.
+    :data:`attnsvm.svm.CERTIFY_RTOL`) may be wrong in every digit, so it is never returned.
     """
     if not sol.certified:
         raise SolverError(
@@ -449,7 +449,7 @@ def predict_multitoken(
     ``log(s_it/s_it₁) = (x_it − x_it₁)ᵀ W_gd z_i``, formed as ``a_rᵀ vec(W_gd)`` (never as a difference
     of log-softmax values, which cancels), so ``W_fin`` is the orthogonal projection of ``W_gd`` onto
     ``span{a_r}``: linear in ``W_gd`` at any size (``W_fin(c·W_gd) = c·W_fin(W_gd)``). The
-    single-token baseline is :func:`attnsvm.svm._solve.solve_svm` at ``α = argmax_t s_it``.
+    single-token baseline is :func:`attnsvm.svm.solve_svm` at ``α = argmax_t s_it``.
 
     Scale: any finite data (rows and ``W_gd`` as power-of-two mantissas; at fixed sets, ``X → 2^a X``,
     ``z → 2^b z``, ``W_gd → 2^c W_gd`` gives ``W_dir·2^−(a+b)``, ``W_fin·2^c``, ``R·2^(a+b+c)``, the same

@@ -26,7 +26,7 @@ from factored-out log-magnitudes.
 
 Likewise the p-SVM is the core Att-SVM on keys ``X' = K`` with constant query ``e_0``:
 ``W' = p e_0ᵀ`` has ``||W'||_F = ||p||``; we solve it with the same certified min-norm solver
-(:mod:`attnsvm.svm._solve`), on the Gram matrix ``(Δk_r · Δk_s)``.
+(:mod:`attnsvm.svm`), on the Gram matrix ``(Δk_r · Δk_s)``.
 
 Scale contract (issue 13). Keys, values, logits, SVM rows and the core gradient are formed from
 power-of-two mantissas (largest entry in ``[½, 1)``) and the exponents are carried separately
@@ -53,13 +53,14 @@ from numpy.typing import ArrayLike, NDArray
 from .._types import FloatArray
 from .._validation import as_real_array, check_int, check_positive, check_shape
 from ..errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError
-from ..gd._engine import projected_path, record_steps
+from ..gd import projected_path
+from ..gd._single import record_steps
 from ..model._attention import logits_of
 from ..model._grad import CANCELLED_MESSAGE, GradDirection, normalized_risk_grad_of, risk_grad_of
 from ..model._instance import Instance, require_unmasked
 from ..model._losses import Loss, LossLike, get_loss
 from ..scaling import FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, pow2_split, range_error
-from ..svm._solve import KKTResiduals, MinNormSolution, min_norm_dual
+from ..svm import KKTResiduals, MinNormSolution, min_norm_dual
 
 __all__ = [
     "prompt_keys",
@@ -96,7 +97,7 @@ def solve_min_norm_or_raise(
     what: str,
     factor: FloatArray | None = None,
 ) -> MinNormSolution:
-    """``min ½||x||² s.t. rows·x ≥ b`` (``= b`` on ``equality``) by the certified solver of :mod:`attnsvm.svm._solve`.
+    """``min ½||x||² s.t. rows·x ≥ b`` (``= b`` on ``equality``) by the certified solver of :mod:`attnsvm.svm`.
 
     ``rows`` (shape ``(m, k)``) is passed as the factor ``L`` of the Gram matrix ``K = rows rowsᵀ``
     (more accurate than factoring ``K``: ``cond(A)`` instead of ``cond(K)``); the solution is
@@ -340,7 +341,7 @@ def core_grad(sc: ScaledCore, We: FloatArray, what: str) -> FloatArray:
 def is_stationary_error(exc: NumericalError) -> bool:
     """The core's refusal of a zero or rounding-level gradient (the point is stationary, so a record's
     ``log10||∇L||`` is ``−inf``), as opposed to a range error or an undetermined ``ℓ'``, which must
-    propagate. The same test as :func:`attnsvm.gd._engine._is_stationary_error` (one home for both: grad)."""
+    propagate. The same test as :func:`attnsvm.gd._single._is_stationary_error` (one home for both: grad)."""
     msg = str(exc)
     return CANCELLED_MESSAGE in msg or "exactly zero" in msg
 
@@ -589,12 +590,12 @@ class PromptSVMSolution:
       rows: constraint rows ``Δk_it = k_iα_i − k_it``, shape ``(m, d)``, ``m = n(T−1)``.
       pairs: ``(i, t)`` of each row, shape ``(m, 2)``.
       duals: multipliers of ``min ½||p||²`` aligned with ``rows`` (``p = rowsᵀ duals``).
-      support: active constraints as ``(i, t)`` pairs (margin 1 to :data:`attnsvm.svm._solve.SUPPORT_RTOL`).
+      support: active constraints as ``(i, t)`` pairs (margin 1 to :data:`attnsvm.svm.SUPPORT_RTOL`).
       weakly_active: active constraints with zero multiplier (a subset of ``support``).
       margins: ``rows @ p``, shape ``(m,)``.
-      kkt: relative KKT residuals (:class:`attnsvm.svm._solve.KKTResiduals`), as for ``solve_svm``.
+      kkt: relative KKT residuals (:class:`attnsvm.svm.KKTResiduals`), as for ``solve_svm``.
       error_bound: ``cond(K_S)·eps``, bound on the relative error of ``p``.
-      certified: ``error_bound`` and every KKT residual ``≤`` :data:`attnsvm.svm._solve.CERTIFY_RTOL`.
+      certified: ``error_bound`` and every KKT residual ``≤`` :data:`attnsvm.svm.CERTIFY_RTOL`.
     """
 
     p: FloatArray
@@ -669,7 +670,7 @@ def _solve_prompt_scaled(
 def solve_prompt_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None) -> PromptSVMSolution:
     """Solve the p-SVM ``p_mm = argmin ||p||₂ s.t. (k_iα_i − k_it)ᵀ p ≥ 1`` exactly, with a certificate.
 
-    Keys ``k_it = Wᵀ x_it``. Solved through the certified min-norm solver of :mod:`attnsvm.svm._solve` on
+    Keys ``k_it = Wᵀ x_it``. Solved through the certified min-norm solver of :mod:`attnsvm.svm` on
     the Gram matrix ``(Δk_r · Δk_s)`` (an exact active-set finish), so ``p`` is accurate to about
     1e-9 relative. Scale-equivariant: with rows ``Δk = 2^R·Δk'`` (power-of-two mantissa),
     ``p_mm = 2^−R·p'_mm`` and the multipliers are ``2^−2R`` times the rescaled ones.
@@ -713,7 +714,7 @@ def solve_prompt_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = Non
 def prompt_local_optimality(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None) -> bool:
     """``True`` exactly when the p-SVM(α) is feasible and ``γ_iα_i > γ_it`` for every support token ``t``.
 
-    The prompt analogue of :func:`attnsvm.svm._solve.is_locally_optimal` (support tokens of the p-SVM,
+    The prompt analogue of :func:`attnsvm.svm.is_locally_optimal` (support tokens of the p-SVM,
     token scores ``γ_it = Y_i vᵀx_it``; weakly active constraints count as support).
 
     Scale: any finite data (invariant under ``X → cX``, ``W → cW``, ``v → cv``, ``c > 0``: the
@@ -908,7 +909,7 @@ def prompt_regularization_path(
     """Regularization path ``p_R = argmin_{||p||₂ ≤ R} L(p)`` for increasing ``R`` (warm-started).
 
     Projected normalized GD with the same warm start and acceptance rule as the ``W`` path
-    (:func:`attnsvm.gd._engine.projected_path`), until the KKT residual ``||∇L/||∇L|| + p/R||`` is below
+    (:func:`attnsvm.gd.projected_path`), until the KKT residual ``||∇L/||∇L|| + p/R||`` is below
     ``tol``. The risk is not convex in ``p``, so the
     points are stationary points of the constrained problems (residual reported), not certified
     minimisers. Tarzanagh et al. show ``p_R/R → p_mm/||p_mm||`` for the optimal tokens.

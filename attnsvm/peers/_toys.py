@@ -32,9 +32,9 @@ from numpy.typing import NDArray
 
 from .._types import FloatArray
 from ..errors import AttnSVMError
-from ..gd._engine import default_record_steps, direction_corr, run_gd
+from ..gd import default_record_steps, direction_corr, run_gd
 from ..model._instance import Instance, random_instance
-from ..svm._solve import solve_svm
+from ..svm import solve_svm
 from ._joint import run_joint_gd, solve_joint_svm
 from ._mirror import bregman_divergence, run_mirror_descent, solve_lp_svm
 from ._prompt import run_prompt_gd, solve_prompt_svm

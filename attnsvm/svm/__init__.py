@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._solve import (
+from ._constants import (
     CERTIFY_RTOL,
     MULTIPLIER_RTOL,
     NUC_FEAS_TOL,
@@ -10,16 +10,11 @@ from ._solve import (
     SUPPORT_RTOL,
     SVM_METHODS,
     SVM_NORMS,
-    InfeasibleMinNormError,
-    KKTResiduals,
-    LocalOptimalityReport,
-    MinNormSolution,
-    SVMSolution,
-    is_locally_optimal,
-    local_optimality_report,
-    min_norm_dual,
-    solve_svm,
 )
+from ._dual import min_norm_dual
+from ._optimality import LocalOptimalityReport, is_locally_optimal, local_optimality_report
+from ._results import InfeasibleMinNormError, KKTResiduals, MinNormSolution, SVMSolution
+from ._solve import solve_svm
 from ._working_set import (
     CHUNK_MIN,
     EXACT_COND_MAX,

@@ -1,6 +1,6 @@
 """Att-SVM at scale: a working-set solver of the factorised dual, certified like :func:`attnsvm.solve_svm`.
 
-The problem is the Frobenius Att-SVM of :mod:`attnsvm.svm._solve`, in its exact unit-row form (``_UnitSVM``:
+The problem is the Frobenius Att-SVM of :mod:`attnsvm.svm`, in its exact unit-row form (``_UnitSVM``:
 each row divided by ``ρ_r = ||Δ_r||·||z_i||``, the scale kept as a power of two):
 
     Ŵ = argmin ½||W||_F²   s.t.   Δ̂_rᵀ W ẑ_i(r) ≥ β_r,   r = (i, t), t ≠ α_i,        W_mm = 2^G·Ŵ,
@@ -24,8 +24,8 @@ than ``K_SS`` of a working set ``S``:
    violated rows): rows with ``λ = 0`` leave, ``Ŵ`` stays optimal for ``F`` and each added row is
    violated by it, so the restricted optimum ``½||Ŵ_S||²`` grows strictly: no working set repeats and
    the loop ends (Dantzig–Wolfe / cutting-plane argument).
-4. Certify as :func:`~attnsvm.solve_svm` does: KKT residuals over all ``m`` rows (:func:`attnsvm.svm._solve._kkt`),
-   the support (:func:`attnsvm.svm._solve._classify`), ``error_bound`` and the same ``certified`` rule.
+4. Certify as :func:`~attnsvm.solve_svm` does: KKT residuals over all ``m`` rows (:func:`attnsvm.svm._dual._kkt`),
+   the support (:func:`attnsvm.svm._dual._classify`), ``error_bound`` and the same ``certified`` rule.
    ``error_bound = cond(K_FF)·eps`` (the exact eigenvalue ratio for ``|F| ≤`` :data:`EXACT_COND_MAX`, above
    it a Lanczos (ARPACK) estimate of both ends, each inflated by its residual norm), plus what the loop's
    two tolerances can leave (:func:`_error_bound`): multipliers held at ``λ_r < 0`` (within
@@ -43,7 +43,7 @@ multiplier lands on the first of the tied rows, deterministically.
 When a Cholesky factor fails (``K_FF`` singular or worse than :data:`FAST_COND_MAX`: ties, ``d² <`` support,
 contradictory rows), the restricted norm exceeds ``INFEASIBLE_NORM``, pivoting does not settle, or the
 result is not certified, the same working-set loop is rerun with each restricted problem solved by the
-dense exact core of :mod:`attnsvm.svm._solve` (``_core`` on ``_svm_factor`` of ``S``: rank-revealing SVD solves,
+dense exact core of :mod:`attnsvm.svm` (``_core`` on ``_svm_factor`` of ``S``: rank-revealing SVD solves,
 Lawson–Hanson NNLS, Farkas certificates of infeasibility), warm-started from the support found so far. A
 restricted solution beyond ``INFEASIBLE_NORM`` (in units of ``max β_S``) is redone without the warm start,
 so that the NNLS decides infeasibility exactly as the dense solver does.
@@ -81,35 +81,25 @@ from .._validation import check_instance
 from ..errors import InvalidInstanceError, SolverError
 from ..model._instance import Instance
 from ..model._tensor import SVMConstraints
-from ._solve import (
-    CERTIFY_RTOL,
-    EPS,
-    INFEASIBLE_NORM,
-    MULTIPLIER_RTOL,
-    SUPPORT_RTOL,
-    InfeasibleMinNormError,
-    SVMSolution,
+from ..scaling import EPS
+from ._constants import CERTIFY_RTOL, INFEASIBLE_NORM, MULTIPLIER_RTOL, SUPPORT_RTOL
+from ._dual import _classify, _Core, _core, _kkt, _round_tol
+from ._problem import (
     _back_to_data_scale,
     _check_trivially_infeasible,
-    _classify,
-    _Core,
-    _core,
-    _factor_correction_norm,
     _fro_margins,
-    _kkt,
     _pairs_alpha,
     _pairs_of,
     _raise_infeasible,
     _require_rows,
-    _ro,
-    _ro_own,
-    _round_tol,
     _svm_factor,
     _SVMFactor,
     _unit_svm,
     _UnitSVM,
     _weighted_sum,
 )
+from ._results import InfeasibleMinNormError, SVMSolution, _ro, _ro_own
+from ._solve import _factor_correction_norm
 
 __all__ = [
     "EXACT_COND_MAX",
@@ -175,7 +165,7 @@ class _Rows:
         return np.asarray(B.T @ self.u.zhat, dtype=np.float64)
 
     def margins(self, W: FloatArray) -> FloatArray:
-        """``Δ̂_rᵀ Ŵ ẑ_i(r)`` for all ``m`` rows: one ``Ŵ ẑ_i`` per sequence (:func:`attnsvm.svm._solve._fro_margins`)."""
+        """``Δ̂_rᵀ Ŵ ẑ_i(r)`` for all ``m`` rows: one ``Ŵ ẑ_i`` per sequence (:func:`attnsvm.svm._problem._fro_margins`)."""
         return _fro_margins(self.u.zhat, self.u.c, W)
 
 
@@ -301,7 +291,7 @@ class _State:
 
 
 def _slack_tol(beta: FloatArray, wnorm: float, k: int) -> FloatArray:
-    """Rounding level of the slacks (as :func:`attnsvm.svm._solve._refine`): ``_round_tol(k)·(β_r + ||Ŵ||)``, unit rows."""
+    """Rounding level of the slacks (as :func:`attnsvm.svm._dual._refine`): ``_round_tol(k)·(β_r + ||Ŵ||)``, unit rows."""
     return _round_tol(k) * (beta + wnorm)
 
 
@@ -309,7 +299,7 @@ def _bpp(rows: _Rows, chol: _GramCholesky, S: IntArray, F0: IntArray) -> _State:
     """Block principal pivoting for ``min ½λᵀK_SSλ − β_Sᵀλ, λ ≥ 0`` from the free set ``F0 ⊆ S``.
 
     Each step solves ``K_FF λ_F = β_F`` and takes ``V = {r ∈ F: λ_r < 0} ∪ {r ∈ S∖F: slack_r < 0}`` (to the
-    rounding levels of :mod:`attnsvm.svm._solve`); ``V = ∅`` is the restricted KKT point. ``F ← F △ V`` while
+    rounding levels of :mod:`attnsvm.svm`); ``V = ∅`` is the restricted KKT point. ``F ← F △ V`` while
     ``|V|`` decreases (or for :data:`BPP_BACKUP` more steps), else ``F ← F △ {max V}`` (Murty).
     """
     beta = rows.u.beta
@@ -344,7 +334,7 @@ def _bpp(rows: _Rows, chol: _GramCholesky, S: IntArray, F0: IntArray) -> _State:
 
 
 def _exact_restricted(u: _UnitSVM, rows: _Rows, S: IntArray, hint: IntArray) -> _State:
-    """The restricted problem on ``S`` by the dense exact core of :mod:`attnsvm.svm._solve` (warm-started at ``hint``)."""
+    """The restricted problem on ``S`` by the dense exact core of :mod:`attnsvm.svm` (warm-started at ``hint``)."""
     c = u.c
     cS = SVMConstraints(c.deltas[S], c.queries[S], c.pairs[S], c.alpha)
     fac = _svm_factor(u.zhat, cS)
@@ -420,7 +410,7 @@ def _correction_norm(
 
     ``T = E ∪ V``, ``δ = (0_E, s_V)``; singular values of the rows below their numerical rank count as 0: a row of
     ``V`` that repeats rows of ``E`` (ties) adds its own slack, not ``1/0``. By an SVD of the compressed rows
-    (:func:`attnsvm.svm._solve._svm_factor`) up to :data:`EXACT_COND_MAX` rows; above, by the Schur complement
+    (:func:`attnsvm.svm._problem._svm_factor`) up to :data:`EXACT_COND_MAX` rows; above, by the Schur complement
     ``K_VV − K_VE K_EE⁻¹ K_EV`` on a Cholesky factor of ``K_EE`` (``δᵀK_TT⁻¹δ = s_Vᵀ(Schur)⁻¹s_V``), ``inf`` when
     ``K_EE`` has no factor.
     """
@@ -475,7 +465,7 @@ def solve_svm_working_set(
         "min_slack", "pivots", "elapsed_s", "path"}`` (``min_slack`` of the unit-row problem).
 
     Returns:
-      :class:`~attnsvm.svm._solve.SVMSolution` exactly as ``solve_svm(inst, alpha, method="dual")`` returns it:
+      :class:`~attnsvm.svm.SVMSolution` exactly as ``solve_svm(inst, alpha, method="dual")`` returns it:
       ``method="dual"``, KKT residuals over **all** ``m`` rows, support and weakly active rows,
       ``error_bound = cond(K_S)·eps`` (``S`` the rows solved as equalities) plus the effect of the loop's
       tolerances (module docstring, step 4), ``certified`` by the same rule (bound and residuals

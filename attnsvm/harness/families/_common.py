@@ -101,7 +101,7 @@ def segmented_batch(
 ) -> list[tuple[int, Any, Any]]:
     """Run batched GD and return ``(step, W (B,d,d), tokens (B,n))`` at each step of ``marks``.
 
-    :func:`attnsvm.gd._engine.run_gd_batch` is called once per segment with ``W0`` = the previous end
+    :func:`attnsvm.gd.run_gd_batch` is called once per segment with ``W0`` = the previous end
     point (the first from ``W0``, default 0); a GD update depends only on the current iterate, so
     this is the same trajectory. ``on_mark(k)`` is called when every instance has reached ``marks[k]``.
 
@@ -110,7 +110,7 @@ def segmented_batch(
     the iterates and tokens of this serial loop (see :mod:`attnsvm.harness.distributed` for the condition);
     a local run never imports dask.
     """
-    from ...gd._engine import run_gd_batch
+    from ...gd import run_gd_batch
     from ..distributed import gd_batch_runner
 
     runner = gd_batch_runner(len(instances))
@@ -148,7 +148,7 @@ class _SVMCache:
 
     def get(self, b: int, alpha: Any) -> Any:
         from ...errors import InfeasibleSVMError
-        from ...svm._solve import solve_svm
+        from ...svm import solve_svm
 
         key = (b, tuple(int(a) for a in alpha))
         if key not in self.cache:

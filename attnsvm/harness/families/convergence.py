@@ -188,7 +188,7 @@ def _one_batch(
     on_mark: Callable[[int], None],
 ) -> ConvergenceRun:
     """GD on every instance (:func:`segmented_batch`, ``on_mark`` at each mark) and its gaps."""
-    from ...gd._engine import direction_gap
+    from ...gd import direction_gap
 
     traj = segmented_batch(insts, marks, CONVERGENCE_LR[mode], normalized, loss, device, on_mark)
     B = len(insts)
@@ -214,7 +214,7 @@ def _one_batch(
 
 def _rate(run: ConvergenceRun, marks: list[int]) -> ConvergenceRate:
     """Fit the log-log rate of the median gap over the last :data:`RATE_FIT_FRACTION` of the records."""
-    from ...gd._engine import fit_rate
+    from ...gd import fit_rate
 
     med, _, _ = _quantiles(run.gaps, axis=1)
     med_norm = np.median(run.norms, axis=1)

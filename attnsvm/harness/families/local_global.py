@@ -235,8 +235,8 @@ def _one_run(
     growth_needed: float,
 ) -> LocalGlobalRun:
     """Classify one run from its iterate and tokens at half-way and at the end."""
-    from ...gd._engine import direction_gap
-    from ...svm._solve import local_optimality_report, solve_svm
+    from ...gd import direction_gap
+    from ...svm import local_optimality_report, solve_svm
 
     alpha = np.array(tok_end)
     growth = float(np.linalg.norm(W_end) - np.linalg.norm(W_half))

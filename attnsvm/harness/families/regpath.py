@@ -138,7 +138,7 @@ def _seed_run(
     inst: Instance, s: int, seed: int, radii: list[float], cfg: dict[str, Any], svm: _SVMCache
 ) -> RegpathSeedRun:
     """The path and GD on one instance (``s``: its index in ``svm``), compared at every radius."""
-    from ...gd._engine import direction_gap, regularization_path, run_gd
+    from ...gd import direction_gap, regularization_path, run_gd
 
     path = regularization_path(inst, radii, max_steps=cfg["max_steps"])
     # GD iterates recorded every step, so the iterate of norm ≈ R is found for each radius.

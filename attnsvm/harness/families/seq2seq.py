@@ -263,9 +263,9 @@ class Seq2SeqResult:
 def _one_run(setting: str, shape: tuple[int, int, int], seed: int, marks: list[int]) -> Seq2SeqRun:
     """Normalized GD on the instance of ``setting`` and the comparison with ``W_mm(α_final)``."""
     from ...errors import InfeasibleSVMError
-    from ...gd._engine import direction_gap, run_gd
+    from ...gd import direction_gap, run_gd
     from ...model._tensor import svm_margins
-    from ...svm._solve import local_optimality_report, solve_svm
+    from ...svm import local_optimality_report, solve_svm
 
     inst = seq2seq_instance(*seq2seq_data(*shape, seed), setting)
     tr = run_gd(
@@ -313,7 +313,7 @@ def _one_run(setting: str, shape: tuple[int, int, int], seed: int, marks: list[i
 
 def _fit_slope(steps: Any, gaps: Any) -> tuple[float, float]:
     """``(slope, R²)`` of ``log gap`` against ``log step`` over the positive finite gaps (NaN with < 3)."""
-    from ...gd._engine import fit_rate
+    from ...gd import fit_rate
 
     xs, ys = np.asarray(steps, dtype=np.float64), np.asarray(gaps, dtype=np.float64)
     ok = np.isfinite(ys) & (ys > 0)

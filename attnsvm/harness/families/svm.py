@@ -1,7 +1,7 @@
 """``reproduce`` family ``svm``: Att-SVM solvers: accuracy and time.
 
 Att-SVM(opt) on Gaussian cross-attention instances of growing ``d``, solved by each method of
-:func:`attnsvm.svm._solve.solve_svm`: the cvxpy matrix program (``primal``), the tensor-trick vector
+:func:`attnsvm.svm.solve_svm`: the cvxpy matrix program (``primal``), the tensor-trick vector
 program (``vector``), the factorised dual (``dual``) — each finished by the exact active-set step — and
 the nuclear-norm program (``nuc``). Accuracy: relative KKT residuals and the distance to the dual's
 certified ``W``; time per repeat call (each method's first call reported apart).
@@ -147,7 +147,7 @@ class SvmResult:
 
 # ================================================================= compute
 def _solve(inst: Instance, method: str) -> Any:
-    from ...svm._solve import solve_svm
+    from ...svm import solve_svm
 
     if method == "nuc":
         return solve_svm(inst, norm="nuc", method="primal")
@@ -200,7 +200,7 @@ def compute_svm(
     size: str, seed: int, *, device: str = "cpu", progress: ProgressFn = no_progress
 ) -> SvmResult:
     """Solve every (seed, d) instance (seed ``seed + 100·s + d``) by each method that covers ``d``."""
-    from ...svm._solve import solve_svm
+    from ...svm import solve_svm
 
     cfg = SVM_SIZES[size]
     n, T = cfg["n"], cfg["T"]

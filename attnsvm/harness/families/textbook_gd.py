@@ -104,7 +104,7 @@ class TextbookGDSummary:
 def _textbook_run(inst: Instance, b: int, marks: list[int], svm: _SVMCache) -> tuple[FloatArray, int]:
     """Normalized GD with ``−∇L_textbook / ||∇L_textbook||``: its gaps at ``marks`` and the step at
     which its gradient underflowed (0: never)."""
-    from ...gd._engine import direction_gap
+    from ...gd import direction_gap
 
     gaps = np.full(len(marks), np.nan)
     W = np.zeros((inst.d, inst.d))
@@ -125,7 +125,7 @@ def _textbook_run(inst: Instance, b: int, marks: list[int], svm: _SVMCache) -> t
 
 def _stable_run(inst: Instance, b: int, marks: list[int], svm: _SVMCache) -> FloatArray:
     """Normalized GD with the package's log-domain direction: its gaps at ``marks``."""
-    from ...gd._engine import direction_gap, run_gd
+    from ...gd import direction_gap, run_gd
 
     tr = run_gd(inst, steps=marks[-1], lr=TEXTBOOK_GD_LR, record_at=marks, keep_iterates=True)
     by_step = {r.step: r for r in tr.record}

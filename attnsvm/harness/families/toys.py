@@ -162,11 +162,11 @@ def _global_toy_gap(steps: int, record: Any) -> tuple[list[float], list[float]]:
 
     :func:`attnsvm.peers._toys.toy_figures_data` returns ``corr`` only, and ``1 − corr`` as a difference is
     exactly 0 at every record; the figure reruns the same normalized GD (same instance, lr 0.1,
-    same records) and takes :func:`attnsvm.gd._engine.direction_gap` = ``½||Ŵ − Ŵ_mm||²`` of its iterates.
+    same records) and takes :func:`attnsvm.gd.direction_gap` = ``½||Ŵ − Ŵ_mm||²`` of its iterates.
     """
-    from ...gd._engine import direction_gap, run_gd
+    from ...gd import direction_gap, run_gd
     from ...peers._toys import global_toy
-    from ...svm._solve import solve_svm
+    from ...svm import solve_svm
 
     inst = global_toy()
     W_mm = solve_svm(inst).W

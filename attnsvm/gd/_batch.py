@@ -1,0 +1,403 @@
+""":func:`run_gd_batch`: many equal-shaped instances in one torch float64 computation (CPU or CUDA).
+
+Closed-form gradients, a linear-domain fast path while the weights are representable and the same
+cancellation-free, log-domain direction as :func:`attnsvm.gd.run_gd` after (per instance); token masks
+as :func:`run_gd` (different masks per instance, masked and unmasked mixed). Data are rescaled by exact
+powers of two as in every engine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .._deps import require
+from .._types import FloatArray
+from .._validation import as_real_array, check_int, check_positive
+from ..errors import AttnSVMError, InvalidInstanceError, NumericalError
+from ..model._grad import (
+    CANCELLED_MESSAGE,
+    risk_of,
+)
+from ..model._instance import Instance, require_unmasked
+from ..model._losses import LossLike, get_loss
+from ..scaling import (
+    FLOAT_TINY,
+    pow2_exponent,
+)
+from ._metrics import _fro, direction_corr, direction_gap
+from ._scaled import _LN2, _TINY, _check_iterate, _pow2_factors, _rescale, _to_logit_scale
+from ._single import _loss_name, record_steps
+from ._torch_engine import _TorchBatch
+
+
+# ===================================================================== batched engine
+@dataclass
+class BatchTrajectory:
+    """Result of :func:`run_gd_batch`; arrays have a leading record axis ``k`` and batch axis ``B``.
+
+    Attributes:
+      W: final iterates, shape ``(B, d, d)``.
+      steps: recorded steps, shape ``(k,)``.
+      norms, risks, log10_grad_norms: shape ``(k, B)``.
+      tokens: selected tokens (``argmax`` of the logits over the allowed tokens), shape ``(k, B, n)``.
+      corrs, gaps: shape ``(k, B)`` when a reference was given, else ``None``.
+      saturated_at: first step at which plain GD's gradient norm fell below the smallest normal
+        float64 (its update is then inexact), ``−1`` if never (always ``−1`` for normalized GD),
+        shape ``(B,)``.
+      device: the torch device the run used.
+    """
+
+    W: FloatArray
+    steps: NDArray[np.int64]
+    norms: FloatArray
+    risks: FloatArray
+    tokens: NDArray[np.intp]
+    log10_grad_norms: FloatArray
+    corrs: FloatArray | None
+    gaps: FloatArray | None
+    saturated_at: NDArray[np.int64]
+    normalized: bool
+    lr: float
+    loss: str
+    device: str
+
+    @property
+    def final_tokens(self) -> NDArray[np.intp]:
+        """Selected tokens of the final iterates, shape ``(B, n)``."""
+        return self.tokens[-1]
+
+
+def _torch_device(device: Any) -> Any:
+    import torch
+
+    if device is None:
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise AttnSVMError(
+            f"device {device!r} is not a torch device name; use 'cpu' or 'cuda' ({exc})"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise AttnSVMError(
+                f"device {device!r} was requested but CUDA is not available to torch on this machine "
+                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda}); use device='cpu'"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise AttnSVMError(
+                f"device {device!r} does not exist; torch sees {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif dev.type != "cpu":
+        raise AttnSVMError(f"device {device!r} is not supported; use 'cpu' or 'cuda'")
+    return dev
+
+
+#: Data whose largest entries lie within 2^±_MODERATE need no rescaling in the batched engine.
+_MODERATE = 64
+
+
+def _stack_instances(instances: Sequence[Instance], *, rescale: bool = False, masks: bool = False) -> Any:
+    """``(X, Y, z, v)`` stacked; with ``rescale=True`` each instance as :func:`_rescale` gives it, and
+    the exponents ``k_b`` (``W'_b = W_b·2^k_b``) as a fifth array.
+
+    ``X`` holds the keys (:attr:`Instance.keys`: the masked tokens zeroed, ``X`` itself without a mask).
+    With ``masks=True`` the token masks come last: a boolean ``(B, n, T)`` array (``True`` = the token
+    takes part; all ``True`` rows for an unmasked instance), or ``None`` when no instance has a mask.
+    Without it a masked instance is refused (a caller that drops the mask would read every token).
+    """
+    if isinstance(instances, Instance):
+        raise AttnSVMError("run_gd_batch takes a sequence of instances; wrap a single one in a list")
+    try:
+        items = list(instances)
+    except TypeError:
+        raise AttnSVMError(
+            f"instances must be a sequence of Instance; got {type(instances).__name__}"
+        ) from None
+    if not items:
+        raise AttnSVMError("instances is empty; pass at least one Instance")
+    for i, it in enumerate(items):
+        if not isinstance(it, Instance):
+            raise AttnSVMError(f"instances[{i}] is a {type(it).__name__}, not an attnsvm Instance")
+        if not masks:
+            require_unmasked(it, f"_stack_instances without masks=True (instances[{i}])")
+    shape = items[0].shape
+    for i, it in enumerate(items):
+        if it.shape != shape:
+            raise AttnSVMError(
+                f"instances must share one shape (n, T, d) to be batched; instances[0] has {shape}, "
+                f"instances[{i}] has {it.shape}. Group instances by shape and call run_gd_batch per group."
+            )
+    tail: tuple[Any, ...] = ()
+    if masks:
+        any_mask = any(it.mask is not None for it in items)
+        tail = (np.stack([it.allowed for it in items]) if any_mask else None,)
+    if rescale:
+        scs = [_rescale(it) for it in items]
+        if all(
+            abs(pow2_exponent(it.keys)) <= _MODERATE and abs(pow2_exponent(it.z)) <= _MODERATE for it in items
+        ):
+            # moderate data (entries within 2^±64): the engine's own ranges suffice; no per-step
+            # rescaling of W (the throughput of the common case is unchanged)
+            X = np.stack([it.keys for it in items])
+            return (
+                X,
+                np.stack([it.Y for it in items]),
+                np.stack([it.z for it in items]),
+                np.stack([it.v for it in items]),
+                np.zeros(len(items), dtype=np.int64),
+            ) + tail
+        return (
+            np.stack([c.X for c in scs]),
+            np.stack([c.Y for c in scs]),
+            np.stack([c.z for c in scs]),
+            np.stack([c.v for c in scs]),
+            np.array([c.k for c in scs], dtype=np.int64),
+        ) + tail
+    X = np.stack([it.keys for it in items])
+    Y = np.stack([it.Y for it in items])
+    z = np.stack([it.z for it in items])
+    v = np.stack([it.v for it in items])
+    return (X, Y, z, v) + tail
+
+
+def _batch_matrices(arg: ArrayLike | None, B: int, d: int, name: str) -> FloatArray | None:
+    if arg is None:
+        return None
+    arr = as_real_array(arg, name)
+    if arr.shape == (d, d):
+        arr = np.broadcast_to(arr, (B, d, d))
+    if arr.shape != (B, d, d):
+        raise InvalidInstanceError(
+            f"{name} must have shape (d, d) = ({d}, {d}) or (B, d, d) = ({B}, {d}, {d}); got {arr.shape}"
+        )
+    return np.array(arr)
+
+
+def _undetermined_message(i: int, df: float) -> str:
+    """The single form's undetermined-ℓ' message (grad._refuse_undetermined), for sequence ``i``."""
+    return (
+        f"the output f_{i} = Σ_t s_it vᵀx_it is known only to ±{df:.3g} (values of both signs "
+        "cancel under rounded weights): the loss derivative ℓ'(Y_i f_i) is undetermined in float64 "
+        "(its relative error e^{δf} − 1 exceeds 1). Rescale v, or use the correlation loss"
+    )
+
+
+def run_gd_batch(
+    instances: Sequence[Instance],
+    steps: int,
+    lr: float,
+    *,
+    normalized: bool = True,
+    loss: "str | LossLike" = "logistic",
+    device: Any = None,
+    W0: ArrayLike | None = None,
+    record_at: int | Sequence[int] | ArrayLike | None = None,
+    reference: ArrayLike | None = None,
+    fast_path: bool = True,
+) -> BatchTrajectory:
+    """Run GD on ``B`` equal-shaped instances at once, in one torch float64 computation.
+
+    Each instance follows exactly the update of :func:`run_gd` (normalized
+    ``W ← W − η∇L/||∇L||_F`` or plain ``W ← W − η∇L``), with closed-form gradients (no autograd)
+    in cancellation-free form, so results equal :func:`run_gd` to ~1e-8 relative or better. Each
+    step uses a linear-domain fast path for the instances whose weights are all representable and
+    the log-domain form of the core for the others (chosen per step and per instance; the two
+    agree to ~1e-14), so the direction stays exact after the gradient underflows. Plain GD whose
+    gradient underflows keeps stepping (the update is then inexact) and reports the first such
+    step in ``saturated_at``.
+
+    References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
+
+    Token masks (:attr:`Instance.mask`) are supported, as in :func:`run_gd`: a masked token takes no
+    part (weight exactly 0, never selected in ``tokens``, no part in any scale, bound or refusal), so
+    each instance runs as the instance with its masked tokens deleted. Instances of one batch may have
+    different masks, or none (masked and unmasked instances mix, e.g. the causal and the plain
+    :meth:`Instance.from_sequences` instances of one ``(n, T, d)``); the engine reads the keys
+    (:attr:`Instance.keys`) and sets the masked logits to ``−inf``. A batch without any mask runs the
+    unmasked engine unchanged.
+
+    Args:
+      instances: a sequence of ``B`` :class:`Instance` of one shape ``(n, T, d)``, masked or not.
+      steps, lr, normalized, loss: as :func:`run_gd`.
+      device: ``None``/``"cpu"`` or ``"cuda"`` (raises if CUDA is unavailable).
+      W0: initial matrices, shape ``(d, d)`` (shared) or ``(B, d, d)``; default zeros.
+      record_at: as :func:`run_gd`.
+      reference: reference directions, ``(d, d)`` or ``(B, d, d)``.
+      fast_path: ``False`` forces the log-domain path at every step (the two paths agree; this
+        is for testing and timing them separately).
+
+    Returns:
+      :class:`BatchTrajectory` (NumPy arrays; ``W`` has shape ``(B, d, d)``).
+
+    Refusals: the single form's, per instance and step. At a step whose direction is refused —
+    its contributions cancel to the rounding level of their own sum or of the token values
+    (normalized GD), or ``ℓ'(Y_i f_i)`` is undetermined (either update) — raises
+    :class:`~attnsvm.NumericalError` ``"<normalized|plain> GD at step t: instance b: <the single form's
+    message>"``, ``t`` the iterate whose gradient was refused (:func:`run_gd` numbers it ``t + 1``, the
+    iterate it was building).
+
+    Scale: as :func:`run_gd` (each instance rescaled by its own powers of two; the same errors, per
+    instance, at record steps and where a step fails); an instance whose sequences differ wildly in size
+    (keys or query below 2^−64, or terms ``a·x zᵀ`` beyond 2^±800) runs the log-domain path on each
+    sequence scaled by its own powers of two, as the single form does (``_TorchBatch._init_mixed``); agrees with :func:`run_gd` to ~1e-8 relative
+    (measured ≤ 1e-13) at every scale where float64 determines the direction (the rounding of the
+    values and logits moves it by less than 1e-11), and refuses where :func:`run_gd` does.
+
+    Conditioning: the agreement of whole trajectories also needs an iteration that does not amplify
+    rounding. The two engines' directions at the same ``W`` agree to ~1e-13 at every step, but at large
+    ``lr`` normalized GD can amplify a 1-ulp difference of an iterate exponentially: on 4×6×8 random
+    instances at ``lr = 2`` (and on some at ``lr = 0.5``), :func:`run_gd` itself started from ``W_10``
+    and from ``W_10·(1 + 2^−52)`` ends 1e-3 … 1e-2 apart after 300 steps, and the batched and single runs
+    separate likewise. There, compare directions at given ``W`` (:func:`attnsvm.normalized_risk_grad`), not runs.
+    """
+    require("torch", feature="run_gd_batch (the batched torch engine)")  # pragma: no mutate
+    import torch
+
+    steps = check_int(steps, "steps")
+    lr = check_positive(lr, "lr", meaning="the step size η")
+    lo = get_loss(loss)
+    dev = _torch_device(device)
+    X, Y, z, v, kb, allowed = _stack_instances(instances, rescale=True, masks=True)
+    B, n, T, d = X.shape
+    W0a = _batch_matrices(W0, B, d, "W0")
+    ref = _batch_matrices(reference, B, d, "reference")
+    if ref is not None:
+        zero = np.flatnonzero(~np.any(ref.reshape(B, -1) != 0, axis=1))
+        if zero.size:
+            raise InvalidInstanceError(f"reference[{zero[0]}] is the zero matrix; it has no direction")
+    if W0a is not None:
+        for b in range(B):
+            _check_iterate(W0a[b], f"W0[{b}]")
+    at = record_steps(record_at, steps)
+    rec_set = {int(s) for s in at}
+    # The engine runs on the rescaled data (see _Scaled): instance b's logits are x'ᵀ W'_b z' with
+    # W'_b = W_b·2^k_b. The iterate stays in the user's scale (W_b: representable whenever the answer
+    # is) and W' is formed from it before each step by exact powers of two (skipped when every k_b = 0).
+    eng = _TorchBatch(X, Y, z, v, lo, dev, fast=fast_path, mask=allowed)
+    W = (
+        torch.zeros((B, d, d), dtype=torch.float64, device=dev)
+        if W0a is None
+        else torch.as_tensor(W0a, device=dev)
+    )
+    k_shift = torch.as_tensor(kb * _LN2, dtype=torch.float64, device=dev)  # log of 2^k_b
+    factors = [torch.as_tensor(f, dtype=torch.float64, device=dev).view(B, 1, 1) for f in _pow2_factors(kb)]
+    Wp = torch.empty((B, d, d), dtype=torch.float64, device=dev) if factors else None
+    scales = [_rescale(it) for it in instances]  # the true data scale, for the logit-range check
+
+    def logit_scale(Wc: Any) -> Any:
+        if Wp is None:
+            return Wc
+        torch.mul(Wc, factors[0], out=Wp)
+        for f in factors[1:]:
+            Wp.mul_(f)
+        return Wp
+
+    def check_logits(Wc: Any, t: int) -> None:
+        # the contract's error for logits out of range (else a NaN would read as a cancellation)
+        Wn_ = Wc.cpu().numpy()
+        for b in range(B):
+            try:
+                _to_logit_scale(scales[b], Wn_[b], f"W_{t}")
+            except NumericalError as exc:
+                raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
+
+    sat = torch.full((B,), -1, dtype=torch.int64, device=dev)
+    log_tiny = math.log(_TINY)
+    rec: dict[str, list[Any]] = {k: [] for k in ("steps", "norms", "risks", "tokens", "lg", "corrs", "gaps")}
+
+    def check(t: int, log_norm: Any) -> None:
+        # the direction G·inv is finite iff log||∇L|| is: a NaN/Inf gradient or a zero one shows there
+        # (plain GD takes no step at a zero gradient and reports it in saturated_at instead)
+        bad = ~torch.isfinite(log_norm) if normalized else torch.isnan(log_norm) | (log_norm == math.inf)
+        if bool(bad.any()):
+            check_logits(W, t)
+            i = int(torch.nonzero(bad)[0])
+            raise NumericalError(
+                f"instance {i}: the risk gradient is exactly zero or not finite at or before step {t} "
+                "(stationary W or a custom loss that overflows); its normalized direction is undefined"
+            )
+
+    W = W.clone()  # the iterate, updated in place (W0 stays untouched)
+    for t in range(0, steps + 1):
+        if t < steps or t in rec_set:
+            parts = eng.gradient(logit_scale(W))  # at W_t: direction G·inv, log||∇_{W'} L(W'_t)||
+            log_norm1 = parts[2]  # of the rescaled problem: scale-free (saturation test)
+            log_norm = log_norm1 + k_shift  # log||∇L(W_t)|| = log||∇_{W'}L|| + k log 2
+            cancelled = parts[3]
+            if eng.undetermined is not None and bool(eng.undetermined.any()):
+                # the single form's refusal (grad._refuse_undetermined), for either update
+                check_logits(W, t)
+                b = int(torch.nonzero(eng.undetermined)[0])
+                i, df = eng.undetermined_detail[b]
+                kind = "normalized" if normalized else "plain"
+                raise NumericalError(f"{kind} GD at step {t}: instance {b}: {_undetermined_message(i, df)}")
+            if normalized and cancelled is not None and bool(cancelled.any()):
+                check_logits(W, t)
+                i = int(torch.nonzero(cancelled)[0])
+                raise NumericalError(f"normalized GD at step {t}: instance {i}: {CANCELLED_MESSAGE}")
+        if t in rec_set:
+            if not bool(torch.isfinite(W).all()):  # first: a diverged W also makes the gradient non-finite
+                check_logits(W, t)
+                raise NumericalError(f"plain GD diverged by step {t}: W became non-finite; lower lr")
+            check(t, log_norm)
+            check_logits(W, t)  # the logit bound of run_gd, at every record (the last step included)
+            Wn = W.cpu().numpy().copy()
+            for b in range(B):
+                _check_iterate(Wn[b], f"the iterate W_{t} of instance {b}")
+            logits, _ = eng.log_s(logit_scale(W))
+            rec["steps"].append(t)
+            rec["norms"].append(np.array([_fro(Wn[b]) for b in range(B)]))
+            risk = eng.risk(logit_scale(W))
+            if not bool(torch.isfinite(risk).all()):
+                raise NumericalError(f"the risk is not finite at step {t}; check the loss")
+            risk_np = risk.cpu().numpy()
+            # A risk that reads 0 or subnormal may have underflowed in the engine's exp: take the
+            # single form's exact value there (log-domain, refusing a risk below the normal range
+            # as run_gd does) instead of recording a 0 whose truth is not 0.
+            for b in map(int, np.flatnonzero(np.abs(risk_np) < FLOAT_TINY)):
+                sc = scales[b]
+                try:
+                    Wb = _to_logit_scale(sc, Wn[b], f"W_{t}")
+                    risk_np[b] = risk_of(sc.X, sc.Y, sc.z, sc.v, Wb, lo, **sc.mask_kw)
+                except NumericalError as exc:
+                    raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
+            rec["risks"].append(risk_np)
+            rec["tokens"].append(logits.argmax(dim=0).cpu().numpy().astype(np.intp))
+            rec["lg"].append(log_norm.cpu().numpy() / math.log(10.0))
+            if ref is not None:
+                nz = [bool(np.any(Wn[b] != 0)) for b in range(B)]
+                rec["corrs"].append(
+                    np.array([direction_corr(Wn[b], ref[b]) if nz[b] else math.nan for b in range(B)])
+                )
+                rec["gaps"].append(
+                    np.array([direction_gap(Wn[b], ref[b]) if nz[b] else math.nan for b in range(B)])
+                )
+        if t < steps:
+            if not normalized:
+                # scale-free, as run_gd: the rescaled problem's gradient left the normal range
+                newly = (log_norm1 < log_tiny) & (sat < 0)
+                sat = torch.where(newly, torch.full_like(sat, t + 1), sat)
+            # W_{t+1} in the user's scale (∇_W L = 2^k ∇_{W'} L); recording (above) does not touch G
+            eng.update_(W, (parts[0], parts[1], log_norm), lr, normalized)
+    return BatchTrajectory(
+        W=W.cpu().numpy(),
+        steps=np.array(rec["steps"], dtype=np.int64),
+        norms=np.array(rec["norms"]),
+        risks=np.array(rec["risks"]),
+        tokens=np.array(rec["tokens"]),
+        log10_grad_norms=np.array(rec["lg"]),
+        corrs=np.array(rec["corrs"]) if ref is not None else None,
+        gaps=np.array(rec["gaps"]) if ref is not None else None,
+        saturated_at=sat.cpu().numpy(),
+        normalized=bool(normalized),
+        lr=lr,
+        loss=_loss_name(lo),
+        device=str(dev),
+    )

@@ -1,0 +1,169 @@
+"""The exact power-of-two rescaling every GD engine computes on, and the checks of iterates in it.
+
+Every engine computes on the data rescaled by exact powers of two (``X' = X·2^−ex``, ``z' = z·2^−ez``,
+``v' = v·2^ex``: the token values are unchanged; the logits of ``W`` are those of ``W' = W·2^(ex+ez)`` on
+``X'``, ``z'``), while its iterate stays in the user's scale. The data's magnitude alone therefore never
+overflows or underflows an intermediate; an iterate, logit or token value that is itself not a normal
+double raises :class:`~attnsvm.NumericalError` naming it and the range.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .._types import FloatArray
+from ..errors import InvalidInstanceError, NumericalError
+from ..model._instance import Instance
+from ..scaling import (
+    FLOAT_MAX,
+    FLOAT_TINY,
+    LOG_FLOAT_MAX,
+    ldexp_scale,
+    log10_of,
+    pow2_exponent,
+    range_error,
+)
+
+#: Smallest positive normal float64. A plain-GD gradient whose norm falls below it has lost
+#: relative precision (subnormal) or underflowed to 0: the update is no longer ``η∇L``.
+_TINY = float(np.finfo(np.float64).tiny)
+
+
+# ======================================================================== data scale
+_LN2 = math.log(2.0)
+
+
+class _Scaled(NamedTuple):
+    """The instance's arrays rescaled by exact powers of two, and the scale of ``W``.
+
+    ``X' = X·2^−ex``, ``z' = z·2^−ez`` (largest entries in ``[½, 1)``) and ``v' = v·2^ex`` (so the
+    token values ``a = X'v' = Xv`` and the loss arguments are unchanged). The logits are then
+    ``l = x'ᵀ W' z'`` with ``W' = W·2^k``, ``k = ex + ez``: GD on ``W`` is GD on ``W'`` with data of
+    order one, and ``∇_W L = 2^k ∇_{W'} L``. Every engine computes on ``(X', z', v', W')``, so
+    no intermediate (logits, ``x zᵀ``, ``Σ w x zᵀ``) overflows or underflows because of the data's
+    scale alone. Entries of ``X``/``z`` more than ``2^1022`` below the largest round in ``X'``/``z'``
+    (absolute error ≤ 2^−1075 against entries ≥ ½: invisible at float64 precision).
+    """
+
+    X: FloatArray
+    Y: FloatArray
+    z: FloatArray
+    v: FloatArray
+    k: int
+    d: int
+    #: the instance's token mask (``None``: every token takes part); ``X`` then has its masked tokens zeroed
+    mask: NDArray[np.bool_] | None = None
+
+    @property
+    def mask_kw(self) -> dict[str, Any]:
+        """``{"mask": mask}`` when there is one, else ``{}`` (the array forms' keyword, passed only then)."""
+        return {} if self.mask is None else {"mask": self.mask}
+
+
+def _rescale(inst: Instance) -> _Scaled:
+    """:class:`_Scaled` of ``inst``; raises the contract's error when ``v·2^ex`` is not exact (the
+    token values ``vᵀx_it`` leave the normal range)."""
+    # Instance.keys: X with its masked tokens zeroed (X itself without a mask), so they set no scale
+    ex, ez = pow2_exponent(inst.keys), pow2_exponent(inst.z)
+    with np.errstate(over="ignore"):
+        v2 = ldexp_scale(inst.v, -ex)
+        exact = bool(np.all(np.isfinite(v2))) and bool(np.array_equal(ldexp_scale(v2, ex), inst.v))
+    if not exact and np.all(np.isfinite(v2)):
+        # Entries of v·2^ex below the normal range were rounded (to subnormals or 0), each by at most
+        # 2^−1075. That is harmless where it moves no token value x'ᵀv' (|x'| ≤ 1) by more than the value's
+        # own rounding, eps·Σ_k|x'_tk v'_k|: v = (1, 2e-182) with x ≈ 2e-182 has normal values although
+        # v'_1 underflows. The test in units of 2^−1075: Σ_k|x'_tk|·[v'_k rounded] ≤ 2^1023·Σ_k|x'_tk v'_k|.
+        Xs = np.abs(ldexp_scale(inst.keys, ex))
+        with np.errstate(over="ignore"):
+            back = ldexp_scale(v2, ex)
+            moved = Xs @ (back != inst.v).astype(np.float64)
+            exact = bool(np.all(moved <= (Xs @ np.abs(v2)) * 2.0**1023))
+    if not exact:
+        # v·2^ex overflowed or went subnormal: the values vᵀx_it (size ~ |v|·|X|) are not normal doubles.
+        with np.errstate(over="ignore", invalid="ignore"):
+            back = ldexp_scale(v2, ex)
+        j = int(np.flatnonzero(~(back == inst.v))[0])  # the first entry that did not come back
+        log_val = math.log(abs(float(inst.v[j]))) + ex * _LN2
+        raise range_error(
+            f"the token values vᵀx_it (|v_{j}| = {abs(float(inst.v[j])):.3g} times max|X| ≈ 2^{ex})",
+            log_val,
+            remedy="Rescale v or X so that the token values vᵀx_it are normal doubles",
+        )
+    return _Scaled(
+        ldexp_scale(inst.keys, ex), inst.Y, ldexp_scale(inst.z, ez), v2, ex + ez, inst.d, inst.mask
+    )
+
+
+#: Largest ``max|W'|`` (``W' = W·2^k``, data entries ≤ 1) whose logits and their differences
+#: stay finite: ``|l_it| ≤ d²·max|W'|`` and the log-domain forms subtract two logits.
+def _pow2_factors(k: NDArray[np.int64]) -> list[FloatArray]:
+    """Powers of two whose product is ``2^k`` (per entry), each a double, all of one sign of
+    exponent (so ``W·f1·f2·f3`` rounds only when ``W·2^k`` itself is not normal); ``[]`` if ``k = 0``."""
+    if not np.any(k):
+        return []
+    parts = 1 if np.max(np.abs(k)) <= 1000 else 3
+    out, left = [], np.array(k, dtype=np.int64)
+    for i in range(parts, 0, -1):
+        ki = left // i if i > 1 else left
+        out.append(np.ldexp(1.0, ki))
+        left = left - ki
+    return out
+
+
+def _logit_bound(d: int) -> float:
+    return FLOAT_MAX / (4.0 * d * d)
+
+
+def _to_logit_scale(sc: _Scaled, W: FloatArray, what: str = "W") -> FloatArray:
+    """``W' = W·2^k`` (exact while normal; entries that round below the normal range change the
+    logits by < 2^−1070, nothing at float64 precision); raises when the logits would overflow."""
+    m = float(np.max(np.abs(W), initial=0.0))
+    if m > 0 and math.log(m) + sc.k * _LN2 > math.log(_logit_bound(sc.d)):
+        quantity = (
+            f"the logits x_itᵀ {what} z_i (up to d²·max|{what}|·max|X|·max|z| ≈ "
+            f"{sc.d * sc.d}·{m:.3g}·2^{sc.k})"
+        )
+        log_l = math.log(sc.d * sc.d) + math.log(m) + sc.k * _LN2
+        remedy = (
+            "The softmax is one-hot far beyond float64 there; lower lr or the number of steps, "
+            "or rescale the data (W·c on (X, z) is W on (√c·X, √c·z))"
+        )
+        if log_l > LOG_FLOAT_MAX:
+            raise range_error(quantity, log_l, remedy=remedy)
+        # Representable, but above the headroom the engines need (logit differences and the
+        # gradient's sums would overflow): an overflow of that bound, not an underflow.
+        raise NumericalError(
+            f"{quantity} is about 1e{log10_of(log_l):+.0f}: above {_logit_bound(sc.d):.3g} = 1.8e308/(4d²), "
+            f"the largest logits whose softmax and gradient float64 computes without overflow. {remedy}"
+        )
+    return np.ldexp(W, sc.k)
+
+
+def _check_iterate(W: FloatArray, what: str) -> FloatArray:
+    """An iterate must be 0 or have its largest entry a normal double (smaller entries then have
+    absolute error ≤ 2^−1075 ≤ eps·max|W|: normwise exact); otherwise the contract's error."""
+    m = float(np.max(np.abs(W), initial=0.0))
+    if m == 0.0 or FLOAT_TINY <= m <= FLOAT_MAX:
+        return W
+    log_m = math.log(m) if math.isfinite(m) else math.inf
+    raise range_error(
+        what,
+        log_m,
+        remedy="Scale lr (and W0) with the data: X·2^a, z·2^b is the same problem in W·2^−(a+b)",
+    )
+
+
+# ============================================================================ checking
+
+
+def _check_reference(inst: Instance, reference: ArrayLike | None) -> FloatArray | None:
+    if reference is None:
+        return None
+    R = inst.check_weights(reference, "reference")
+    if not np.any(R != 0):
+        raise InvalidInstanceError("reference is the zero matrix; it has no direction")
+    return R

@@ -1,0 +1,887 @@
+"""The batched closed-form direction in torch: stacked data on a device, no autograd.
+
+The engine behind :func:`attnsvm.gd.run_gd_batch`: a linear-domain fast path while the weights are
+representable and the same cancellation-free, log-domain direction as the single form after (per
+instance), with token masks (different masks per instance, masked and unmasked mixed).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._types import FloatArray
+from ..errors import InvalidInstanceError, NumericalError
+from ..model._grad import (
+    CANCELLATION_FACTOR,
+    NEGLIGIBLE_LOG,
+)
+from ..model._losses import Loss, _logistic_derivative, correlation, logistic
+from ..scaling import (
+    EPS as _EPS,
+)
+from ._scaled import _LN2, _TINY
+
+
+class _TorchBatch:
+    """Stacked data on a device and the batched closed-form direction (no autograd).
+
+    Layout is token-major and feature-major: ``Xt[t, k, b, i] = X_b[i, t, k]`` (shape
+    ``(T, d, B, n)``), per-token arrays ``(T, B, n)``. Reductions over tokens are then
+    elementwise operations on contiguous ``(B, n)`` slabs, the two contractions with ``X``
+    (logits and gradient) stream it once each, without temporaries of its size, and
+    ``y_b = (Σ_t w_it x_it)_i`` is a ``(d, n)`` matrix with unit inner stride that the final
+    batched product reads in place (no layout copy).
+
+    Everything that does not depend on ``W`` is computed once here: the token values
+    ``a_it = x_itᵀ v_i``, the scores ``γ_it = Y_i a_it`` and, per instance, the bound
+    ``Δ_b = 2 max |γ|`` used by the fast path's underflow test.
+
+    Two ways to the same direction (see :meth:`_parts`): a linear-domain fast path (about
+    half the passes) used while no weight that matters is below the normal range, and the
+    log-domain path, taken automatically, per step and per instance, for the instances where
+    the fast path could lose digits. ``fast=False`` forces the log-domain path everywhere.
+
+    A GD step is :meth:`gradient` then :meth:`update_` (or :meth:`step_`, both): the iterate is
+    updated in place by one fused pass, the unit direction never materialised;
+    :meth:`direction` returns it for callers that need it.
+
+    Refusals, per instance, as :func:`attnsvm.model._grad.normalized_risk_grad_of`: ``cancelled`` where
+    ``||G|| ≤ CANCELLATION_FACTOR·(nT·eps·Σ|w_it| ||x_it|| ||z_i|| + VE)``, ``VE`` the rounding of the
+    token values carried into ``G`` (:meth:`_value_error`; exact copies of a token charge nothing),
+    and :attr:`undetermined` where ``ℓ'(Y_i f_i)`` is (:meth:`_check_undetermined`). Each is decided
+    by a cheap bound first (a few passes over ``(T, B, n)``, vectorised); the exact ``O(T²)`` terms
+    are formed only for the instances the bound does not clear.
+
+    Token masks: ``mask`` (keyword, boolean ``(B, n, T)``, ``True`` = the token takes part, ≥ 1 per
+    sequence; ``None`` or all ``True``: no mask, and no pass below does any mask work). A masked token
+    is stored as a zero key (value, score, norm and value magnitude 0: it sets no scale, bound or
+    maximum — ``Δ_b``, ``||x|| ||z||``, the rounding levels, the undetermined-ℓ' screen) and its logit is
+    ``−inf`` (:meth:`logits`), so its weight ``e^{l − max l}`` is exactly 0 and it is never a maximiser.
+    The passes that form ``l_t − l_u`` are safe for it: the fast path subtracts the (finite) largest
+    logit only; the log-domain path keeps masked tokens out of the tied set ``Z`` and, for a sequence
+    with one allowed token (no runner-up, ``l' = −inf``), shifts by 0 instead of ``−inf`` (then ``E = 0``,
+    ``ψ = 0``, ``m = −inf``: weights exactly 0, no ``−inf − (−inf)``); ``log_softmax`` gives ``−inf`` log
+    weights, which only meet finite terms or other ``−inf`` (``−inf + −inf``) and products with 0 weights.
+    Exact-duplicate classes count allowed tokens only (a zeroed key is nobody's copy).
+    """
+
+    #: Fast-path acceptance: the largest weight |w_it| of an instance must be ≥ this (its
+    #: weights down to 1e-16·max are then ≥ 1e-296, normal, hence exact to a few ulps; the
+    #: smaller ones are below the rounding error of the sum they enter).
+    FAST_MIN_WEIGHT = 1e-280
+    #: When more than this fraction of a batch needed the log-domain path, the next steps use
+    #: it for the whole batch (retrying the fast path every ``LOG_RETRY`` steps): once
+    #: saturated, an instance stays saturated as ``||W||`` grows, and a failed fast attempt
+    #: costs half a step.
+    LOG_FRACTION = 0.5
+    LOG_RETRY = 16
+    #: The fast path's gradient norm is taken unscaled when every accepted ``||G_b||`` lies in
+    #: ``[1/NORM_SAFE, NORM_SAFE]`` (no overflow of ``Σ G²``, underflow below 1e-26 relative).
+    NORM_SAFE = 1e140
+    _LOG_NORM_SAFE = math.log(NORM_SAFE)
+    #: The cheap bound on the values' rounding error (:meth:`_value_bound_log`) is scaled by this, so
+    #: that its own rounding (≤ (T+d)·eps relative) cannot make it fall below the exact term.
+    VALUE_SAFETY = 1.01
+
+    def __init__(
+        self,
+        X: FloatArray,
+        Y: FloatArray,
+        z: FloatArray,
+        v: FloatArray,
+        lo: Any,
+        device: Any,
+        fast: bool = True,
+        *,
+        mask: NDArray[np.bool_] | None = None,
+    ):
+        import torch
+
+        self.torch = torch
+        kw: dict[str, Any] = {"dtype": torch.float64, "device": device}
+        allowed = self._check_mask(mask, np.shape(X))
+        if allowed is not None:
+            # a masked token is a zero key (no value, no norm: it sets no scale, bound or maximum) whose
+            # logit is −inf (logits() fills it in); the caller's X is not modified
+            X = np.where(allowed[..., None], np.asarray(X, dtype=np.float64), 0.0)
+        Xd = torch.as_tensor(X, **kw)
+        B, n, T, d = Xd.shape
+        self.B, self.n, self.T, self.d = B, n, T, d
+        #: (T, B, n) boolean: True at the masked tokens; ``None`` when every token takes part (every
+        #: mask-only pass is then skipped: the unmasked batch runs the unmasked code)
+        self._masked: Any | None = None
+        self._allowed: Any | None = None
+        if allowed is not None:
+            self._allowed = torch.as_tensor(np.ascontiguousarray(allowed.transpose(2, 0, 1)), device=device)
+            self._masked = (~self._allowed).contiguous()
+        self.Xt = Xd.permute(2, 3, 0, 1).contiguous()  # (T, d, B, n)
+        self.zB = torch.as_tensor(z, **kw).contiguous()  # (B, n, d)
+        self.zT = self.zB.transpose(1, 2).contiguous()  # (B, d, n)
+        self.Y = torch.as_tensor(Y, **kw).contiguous()  # (B, n)
+        vt = torch.as_tensor(v, **kw).T.contiguous()  # (d, B)
+        self.a = torch.einsum("tkbi,kb->tbi", self.Xt, vt).contiguous()  # token values a_it
+        self.gamma = (self.a * self.Y).contiguous()  # token scores γ_it = Y_i a_it, constant
+        # Δ_b = 2 max|γ| bounds |δ_it| = |γ_it − γ_ir| (fast-path underflow test); ≥ tiny so 0·Δ = 0.
+        self.delta_bound = (2 * self.gamma.abs().amax(dim=0).amax(dim=-1)).clamp_min(_TINY)
+        self.lo = lo
+        self.log_n = math.log(n)
+        self._log_fn = lo.log_neg_derivative_fn if isinstance(lo, Loss) else None
+        self._l = torch.empty((T, B, n), **kw)
+        self._E = torch.empty((T, B, n), **kw)
+        self._F = torch.empty((T, B, n), **kw)
+        self._w = torch.empty((T, B, n), **kw)
+        self._y = torch.empty((d, B, n), **kw)
+        self._P = torch.empty((T, B, n), **kw)  # products reduced over tokens
+        self._qB = torch.empty((B, d, n), **kw)  # W z_i, bmm layout
+        self._q = torch.empty((d, B, n), **kw)  # W z_i, X's layout
+        # The full-batch gradient (and the returned direction): a reused buffer, valid until the next
+        # call; fresh (B, d, d) tensors each step cost page faults comparable to a pass over X.
+        self._G = torch.empty((B, d, d), **kw)
+        # Per-feature / per-token slabs of the constant data and of the reused buffers, taken once:
+        # slicing them anew each step costs more dispatch time than the small reductions it feeds.
+        self._X_feat = [self.Xt[:, k] for k in range(d)]  # (T, B, n) each
+        self._X_tok = [self.Xt[t] for t in range(T)]  # (d, B, n) each
+        self._q_feat = [self._q[k] for k in range(d)]  # (B, n) each
+        self._w_tok = [self._w[t] for t in range(T)]  # (B, n) each
+        self._Bn = B * n
+        # ||x_it|| ||z_i|| (T, B, n) and its max over tokens: the scale of the rounding error of G. A norm
+        # squares its entries: rows below ~1e-154 would read 0 (a live sequence taken for dead), so those
+        # rows' norms are formed from the row scaled by a power of two (exact; the others unchanged).
+        x_norm = self._row_norm(self.Xt, 1)  # (T, B, n)
+        z_norm = self._row_norm(self.zB, 2)  # (B, n)
+        self._xz = (x_norm * z_norm).contiguous()
+        self._xz_max = self._xz.amax(dim=0)
+        # A sequence with z_i = 0 (or x_i· = 0) contributes nothing to G, however large its weights: it
+        # must not set the scale of an instance (its weights would mask the others' underflow).
+        self._live = (self._xz_max > 0).to(torch.float64)  # (B, n)
+        self._any_dead = not bool(self._live.all())
+        self._cancel_rtol = CANCELLATION_FACTOR * n * T * float(np.finfo(np.float64).eps)
+        self._neg_inf = torch.tensor(-math.inf, **kw)
+        self.fast = bool(fast)
+        # κ: a weight below κ·Δ_b·max|α| could come from a subnormal factor (E_it or ψ_i); the
+        # fast path is accepted only when the largest weight is far above that (≥ 1e18 × it).
+        self._kappa = 1e18 * T * _TINY
+        self._kappa_delta = self.delta_bound * self._kappa
+        self._logistic = isinstance(lo, Loss) and lo.derivative_fn is _logistic_derivative
+        # Logistic loss: |ℓ'| = σ(−u) ≤ 1 and S ≥ 1, so |α| ≤ 1, and the fast path's acceptance
+        # threshold max(max|α| κ Δ_b, FAST_MIN_WEIGHT) is at most this constant, per instance
+        # (Δ_b ≤ 1e300 keeps |w| ≤ 2|α|Δ_b finite without a per-step test).
+        self._thr_bounded = (
+            self._kappa_delta.clamp_min(self.FAST_MIN_WEIGHT)
+            if self._logistic and bool((self.delta_bound <= 1e300).all())
+            else None
+        )
+        self._log_streak = 0
+        #: calls of :meth:`direction` by path: "fast" (whole batch), "log" (whole batch),
+        #: "mixed" (fast path with a log-domain subset).
+        self.stats = {"fast": 0, "log": 0, "mixed": 0}
+        # --- the single form's refusals (grad.normalized_risk_grad_of), per instance -------------
+        # The values' own rounding: a_it = vᵀx_it is known to ±d·eps·m_it, m_it = Σ_k |v_k x_itk|.
+        self.amag = torch.einsum("tkbi,kb->tbi", self.Xt.abs(), vt.abs()).contiguous()  # m_it
+        self._amag_max = self.amag.amax(dim=0)  # (B, n)
+        # constant factor of the cheap value bound (see _value_bound_log): 4·d·eps·max m·max||x|| ||z||
+        # per sequence, and its log (−inf for a sequence with no value or no query: it adds nothing)
+        self._ve_const = self._amag_max * self._xz_max * (4.0 * d * _EPS * self.VALUE_SAFETY)
+        self._log_ve_const = torch.log(self._ve_const)
+        # the undetermined-ℓ' screen, per instance: δf_i ≤ [(T+d)·eps + 2d²·eps·||W||_F·max||x|| ||z||]·max|a|
+        a_abs_max = self.a.abs().amax(dim=0)  # (B, n): bounds Σ_t s_it |a_it|
+        self._df_c0 = ((T + d) * _EPS * a_abs_max).amax(dim=-1)  # (B,)
+        self._df_c1 = (2.0 * d * d * _EPS * self._xz_max * a_abs_max).amax(dim=-1)  # (B,)
+        self._d_eps = d * _EPS
+        # Exact-duplicate classes (constant): cls_it = the first token u with x_iu = x_it bitwise. A token
+        # and its copy have bitwise equal values, so their difference is exact (no rounding charged).
+        # Rows compared as d·8 raw bytes ((B, n, T, T), not (…, d)); + 0.0 turns −0 into +0, so that the
+        # test is the single form's X_t == X_u.
+        Xn = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
+        rows = Xn.view(np.dtype((np.void, 8 * d)))[..., 0]  # (B, n, T)
+        same = rows[:, :, :, None] == rows[:, :, None, :]  # (B, n, T, T)
+        if allowed is not None:
+            # a masked token is no token of its sequence: its zeroed key is nobody's copy (its own class)
+            same &= allowed[:, :, :, None] & allowed[:, :, None, :]
+            same |= np.eye(T, dtype=bool)
+        cls = np.argmax(same, axis=-1)  # (B, n, T): first equal token
+        self._has_dup = bool(np.any(cls != np.arange(T)))
+        self._cls = torch.as_tensor(np.ascontiguousarray(cls.transpose(2, 0, 1)), **kw)  # (T, B, n)
+        # ℓ'(Y f) is undetermined where κ·δf > 1 (grad._output_spread); not for the correlation loss.
+        self._check_output = lo is not correlation
+        #: instances whose ℓ' is undetermined at the last call of :meth:`gradient` (``None``: none),
+        #: and ``(sequence, δf)`` of the first such instance, for the error message.
+        self.undetermined: Any | None = None
+        self.undetermined_detail: dict[int, tuple[int, float]] = {}
+        self._init_mixed(np.asarray(X, dtype=np.float64), np.asarray(z, dtype=np.float64), np.asarray(v), kw)
+
+    #: Mixed-magnitude data (see :meth:`_init_mixed`): a live sequence whose keys or query have their
+    #: largest entry below ``2^−SEQ_MODERATE``, or whose terms ``c·x zᵀ`` (``c`` of the size of its values,
+    #: ``≤ d·2^(kx+kv)``) have the scale ``2^(2kx + kz + kv)`` outside ``2^±TERM_MODERATE``, makes its instance
+    #: "mixed". Otherwise a sequence's largest term is within 2^±800 and those that matter (≥ 2^−60 of it)
+    #: are normal doubles (≥ 2^−860 > 2^−1022): the engine's per-instance scaling is exact there, as before.
+    #: (The data of every instance of the existing tests are of this kind: they run bit for bit as before.)
+    SEQ_MODERATE = 64
+    TERM_MODERATE = 800
+
+    def _init_mixed(self, X: FloatArray, z: FloatArray, v: FloatArray, kw: dict[str, Any]) -> None:
+        """Per-sequence power-of-two scaling for instances whose sequences differ wildly in size.
+
+        Each term of ``G`` is ``A_i c_it x_it z_iᵀ`` (:meth:`_direction_log`); the engine factors out the
+        largest ``A_i`` only, so with keys, queries or values of very different size per sequence (a query
+        of 1e-274, values of 3e-237) the products ``c x z`` underflow — a whole live sequence lost, or read
+        as dead — although ``∇L`` is well determined (the single form scales each row on its own,
+        ``split_rows``). For such an instance ("mixed", ``_mixed``, (B,) bool) every sequence is scaled as
+        the single form does: ``x' = x·2^−kx_i``, ``z' = z·2^−kz_i``, ``v' = v·2^−kv`` (largest entries in
+        ``[½, 1)``, exact), scores ``γ'_it = Y_i x'ᵀv'`` (``γ = 2^kg γ'``, ``kg_i = kx_i + kv``), and the
+        log-domain path runs on them with ``log A_i`` raised by ``σ_i = (kg_i + kx_i + kz_i)·ln 2``, so that
+        the largest term of the whole instance is O(1) before the sum. The fast path does not take a mixed
+        instance (its weights are absolute). Every other instance keeps its data (exponents 0, the arrays
+        below equal to the plain ones bit for bit), so ordinary data run the unchanged engine.
+        """
+        torch = self.torch
+        self._mixed: Any | None = None
+        self._all_mixed = False
+        # the exact logs of ||x|| ||z||, (T, B, n), and of its max, (B, n); which sequences are live
+        self._log_xz = torch.log(self._xz)
+        self._log_xz_max = torch.log(self._xz_max)
+        ax = np.max(np.abs(X), axis=(2, 3))  # (B, n) (masked keys are zero)
+        az = np.max(np.abs(z), axis=2)  # (B, n)
+        av = np.max(np.abs(v), axis=1)  # (B,)
+        kx = np.frexp(np.where(ax > 0, ax, 1.0))[1].astype(np.int64)
+        kz = np.frexp(np.where(az > 0, az, 1.0))[1].astype(np.int64)
+        kv = np.frexp(np.where(av > 0, av, 1.0))[1].astype(np.int64)
+        live = (ax > 0) & (az > 0)
+        odd = live & (
+            (kx < -self.SEQ_MODERATE)
+            | (kz < -self.SEQ_MODERATE)
+            | (np.abs(2 * kx + kz + kv[:, None]) > self.TERM_MODERATE)
+        )
+        mixed = odd.any(axis=1)  # (B,)
+        if not mixed.any():
+            return
+        kx = np.where(mixed[:, None], kx, 0)
+        kz = np.where(mixed[:, None], kz, 0)
+        kv = np.where(mixed, kv, 0)
+        kg = kx + kv[:, None]  # (B, n): γ = 2^kg γ'
+        Xs = np.ldexp(X, -kx[:, :, None, None])  # (B, n, T, d)
+        zs = np.ldexp(z, -kz[:, :, None])
+        vs = np.ldexp(v, -kv[:, None])
+        m_t = torch.as_tensor(mixed, device=kw["device"])
+        mb = m_t.view(-1, 1)  # (B, 1)
+        self._mixed = m_t
+        self._all_mixed = bool(mixed.all())
+        Xst = torch.as_tensor(Xs, **kw).permute(2, 3, 0, 1)  # (T, d, B, n)
+        self._Xs = torch.where(mb, Xst, self.Xt).contiguous()
+        self._Xs_tok = [self._Xs[t] for t in range(self.T)]
+        self._zs = torch.where(mb.unsqueeze(-1), torch.as_tensor(zs, **kw), self.zB).contiguous()
+        vst = torch.as_tensor(vs, **kw).T.contiguous()  # (d, B)
+        gam = torch.einsum("tkbi,kb->tbi", self._Xs, vst) * self.Y
+        self._gamma_s = torch.where(mb, gam, self.gamma).contiguous()
+        # γ = 2^kg γ' applied as two factors (2^kg alone may not be a double); 1·1 elsewhere
+        h = kg // 2
+        self._kg_f1 = torch.as_tensor(np.ldexp(1.0, h), **kw)
+        self._kg_f2 = torch.as_tensor(np.ldexp(1.0, kg - h), **kw)
+        self._sigma = torch.as_tensor((kg + kx + kz) * _LN2, **kw)  # (B, n), 0 off the mixed instances
+        # the norms of the scaled rows, and the exact logs in the true units
+        xz_s = self._row_norm(self._Xs, 1) * self._row_norm(self._zs, 2)
+        self._xz_s = torch.where(mb, xz_s, self._xz).contiguous()
+        log_xz = torch.log(xz_s) + torch.as_tensor((kx + kz) * _LN2, **kw)
+        self._log_xz = torch.where(mb, log_xz, self._log_xz).contiguous()
+        self._log_xz_max = self._log_xz.amax(dim=0)
+        amag_s = torch.einsum("tkbi,kb->tbi", self._Xs.abs(), vst.abs()).amax(dim=0)
+        log_amag = torch.log(amag_s) + torch.as_tensor((kx + kv[:, None]) * _LN2, **kw)
+        log_ve = log_amag + self._log_xz_max + math.log(4.0 * self.d * _EPS * self.VALUE_SAFETY)
+        self._log_ve_const = torch.where(mb, log_ve, self._log_ve_const)
+        live_t = torch.as_tensor(live, device=kw["device"])
+        self._live_bn = torch.where(mb, live_t, self._xz_max > 0)
+        self._live = self._live_bn.to(torch.float64)
+        self._any_dead = not bool(self._live_bn.all())
+
+    #: Rows whose largest entry is below this have their norm formed from the row scaled by a power of
+    #: two: their squares (≤ 1e-300) would lose digits or underflow (the norm of a larger row is exact).
+    NORM_TINY = 1e-150
+
+    def _row_norm(self, A: Any, dim: int) -> Any:
+        """``||A||`` along ``dim``, exact (to rounding) for rows of any size: ``vector_norm`` where the row's
+        largest entry is ≥ ``NORM_TINY`` (bit-for-bit the plain norm), ``2^e ||A·2^−e||`` for smaller rows."""
+        torch = self.torch
+        nrm = torch.linalg.vector_norm(A, dim=dim)
+        big = A.abs().amax(dim=dim)
+        tiny = (big > 0) & (big < self.NORM_TINY)
+        if bool(tiny.any()):
+            # 2^−e in two factors (e ≥ −1073: 2^−e alone may not be a double); 2^e is one (≥ 2^−1073)
+            e = torch.where(tiny, torch.frexp(big).exponent, 0).to(A.dtype)
+            h = torch.floor(-e / 2)
+            up = A * torch.pow(2.0, h).unsqueeze(dim) * torch.pow(2.0, -e - h).unsqueeze(dim)
+            nrm = torch.where(tiny, torch.linalg.vector_norm(up, dim=dim) * torch.pow(2.0, e), nrm)
+        return nrm
+
+    @staticmethod
+    def _check_mask(mask: Any, shape: tuple[int, ...]) -> NDArray[np.bool_] | None:
+        """The token mask as a boolean ``(B, n, T)`` array (``True`` = the token takes part), or ``None``
+        when there is none or every token takes part; refuses a wrong shape or a sequence with no token."""
+        if mask is None:
+            return None
+        allowed = np.asarray(mask)
+        if allowed.dtype != np.bool_ or allowed.shape != tuple(shape[:3]):
+            raise InvalidInstanceError(
+                f"mask must be a boolean array of shape (B, n, T) = {tuple(shape[:3])}; got dtype "
+                f"{allowed.dtype}, shape {allowed.shape}"
+            )
+        if bool(allowed.all()):
+            return None
+        empty = np.argwhere(~allowed.any(axis=2))
+        if empty.size:
+            b, i = (int(c) for c in empty[0])
+            raise InvalidInstanceError(
+                f"mask masks every token of sequence {i} of instance {b}: each sequence keeps at least one"
+            )
+        return allowed
+
+    def logits(self, W: Any) -> Any:
+        """Logits ``l_it = x_itᵀ (W z_i)``, shape ``(T, B, n)`` (a reused buffer); ``−inf`` at a masked token."""
+        self._q.copy_(self.torch.bmm(W, self.zT, out=self._qB).transpose(0, 1))  # (d, B, n): q_i = W z_i
+        l, Xk, qk = self._l, self._X_feat, self._q_feat
+        self.torch.mul(Xk[0], qk[0], out=l)
+        for k in range(1, self.d):
+            l.addcmul_(Xk[k], qk[k])
+        if self._masked is not None:
+            l.masked_fill_(self._masked, -math.inf)  # weight e^{−inf} = 0; never a maximum (≥ 1 allowed)
+        return l
+
+    def log_s(self, W: Any) -> tuple[Any, Any]:
+        """Logits and ``log s`` (log-sum-exp), shapes ``(T, B, n)``."""
+        logits = self.logits(W).clone()
+        return logits, self.torch.log_softmax(logits, dim=0)
+
+    def _signed_log_dl(self, u: Any) -> tuple[Any, Any]:
+        torch = self.torch
+        if self._log_fn is not None:
+            return None, self._log_fn(u)  # ℓ' < 0: sign −1
+        d = self.lo.derivative(u)
+        if not bool(torch.isfinite(d).all()):
+            raise NumericalError("the loss derivative is not finite (NaN or Inf); check the custom loss")
+        return torch.sign(d), torch.log(torch.abs(d))
+
+    def _gradient_sum(self, w: Any, Xt: Any, zB: Any, y: Any | None = None) -> Any:
+        """``Σ_i (Σ_t w_it x_it) z_iᵀ``, shape ``(B, d, d)``: one stream of ``X`` and one bmm.
+
+        With ``y`` given (the whole batch) the result is written to the reused buffer ``_G``.
+        """
+        torch = self.torch
+        out = None
+        if y is None:
+            y = torch.empty(Xt.shape[1:], dtype=Xt.dtype, device=Xt.device)
+            xs = [Xt[t] for t in range(self.T)]
+        else:
+            # the whole batch: Xt is self.Xt, or its per-sequence scaled copy (mixed data, _init_mixed)
+            out, xs = self._G, (self._X_tok if Xt is self.Xt else self._Xs_tok)
+        ws = self._w_tok if w is self._w else [w[t] for t in range(self.T)]
+        torch.mul(xs[0], ws[0], out=y)
+        for t in range(1, self.T):
+            y.addcmul_(xs[t], ws[t])  # y_i = Σ_t w_it x_it, shape (d, B, n)
+        return torch.bmm(y.transpose(0, 1), zB, out=out)  # (B, d, d): Σ_i y_i z_iᵀ (strided view, no copy)
+
+    def _rounding_level(self, w: Any, xz: Any) -> Any:
+        """``C·nT·eps·Σ_it |w_it| ||x_it|| ||z_i||`` per instance, the rounding level of ``G = Σ w x zᵀ``
+        (as :func:`attnsvm.model._grad.normalized_risk_grad_of`); overwrites ``w``."""
+        return w.abs_().mul_(xz).sum(dim=(0, 2)).mul_(self._cancel_rtol)
+
+    @staticmethod
+    def _abs_max(w: Any) -> Any:
+        """``max_{t,i} |w_it|`` per instance, shape ``(B,)`` (NaN propagates)."""
+        return w.amax(dim=0).amax(dim=-1).maximum(w.amin(dim=0).amin(dim=-1).neg_())
+
+    def _direction_fast(self, l: Any) -> tuple[Any, Any, Any, Any | None, Any | None]:
+        """Linear-domain gradient: ``(G, inv, log_norm, ok, cancelled)``, direction ``G·inv``.
+
+        ``ok`` (B,) says where the result is exact, ``None`` meaning everywhere; ``cancelled``
+        (B,) marks the accepted instances whose gradient cancels to the rounding level of its own
+        sum (a noise direction; see :data:`attnsvm.model._grad.CANCELLATION_FACTOR`), ``None`` meaning
+        none (the common case, known from a cheap bound).
+
+        With ``E_it = e^{l_it − max_u l_iu}`` (``= 1`` at the selected token, exactly),
+        ``S_i = Σ_t E_it``, a reference score ``c_i`` = the score of a selected token (the largest
+        over exactly tied maximisers), ``δ_it = γ_it − c_i`` and ``ψ_i = Σ_t E_it δ_it``:
+        ``Y_i f_i = c_i + ψ_i/S_i`` and ``w_it = ℓ'_i s_it (γ_it − Y_i f_i) = E_it (α_i δ_it − α_i ψ_i/S_i)``
+        with ``α_i = ℓ'_i/S_i``. The selected token's weight ``−α_i ψ_i/S_i`` is formed from
+        ``ψ`` (no ``γ_ir − Y_i f_i`` cancellation). Every factor is exact to a few ulps unless
+        it leaves the normal range; ``ok`` is false for instances whose largest weight is
+        below ``FAST_MIN_WEIGHT`` or not far above what a subnormal ``E_it``/``ψ_i`` could
+        contribute, or is not finite (the log-domain path then takes over).
+        """
+        torch = self.torch
+        B = l.shape[1]
+        lmax = l.amax(dim=0)  # (B, n)
+        E = torch.sub(l, lmax, out=self._E).exp_()  # ≤ 1; exactly 1 at the maximisers
+        S = E.sum(dim=0)  # ≥ 1
+        # c_i = the exact score of one selected token, so that δ = 0 exactly at a token with E = 1.
+        # F = 1 exactly at the maximisers (E < 1 elsewhere; a logit within 1e-16 of the top also
+        # gives E = 1 and counts as tied, harmlessly). Without ties c = Σ_t F γ is that score; each
+        # sequence has ≥ 1 maximiser, so Σ F = B·n exactly iff no sequence has a tie (one reduction).
+        # With ties, the largest tied score. (Not their mean: fl(fl(3γ)/3) ≠ γ for ~14% of doubles,
+        # and ±1 ulp of δ swamps a saturated weight.)
+        F = torch.floor(E, out=self._F)
+        # N_i S_i = Σ_{u ∉ dup(r)} E_iu for a maximiser r (the weight outside r's duplicates, for the
+        # bound on the values' rounding): a sum of positive terms, no cancellation. Without exact
+        # duplicates, E − F is E off the maximisers and 0 on them, and the other maximisers add ΣF − 1.
+        if self._has_dup:
+            cls_r = torch.mul(self._cls, F).amax(dim=0)  # the class of one maximiser
+            nsum = torch.where(self._cls != cls_r, E, 0.0).sum(dim=0)
+        else:
+            nsum = torch.sub(E, F).sum(dim=0).add_(F.sum(dim=0).sub_(1.0))  # ΣF − 1 first: an integer
+        c = torch.mul(F, self.gamma, out=self._P).sum(dim=0)
+        if bool(F.sum() != self._Bn):
+            c = torch.where(F == 1.0, self.gamma, self._neg_inf, out=self._P).amax(dim=0)
+        delta = torch.sub(self.gamma, c, out=self._F)  # δ_it = γ_it − c_i
+        psi_s = torch.mul(E, delta, out=self._P).sum(dim=0).div_(S)  # ψ_i/S_i = Σ_t s_it δ_it
+        # Cancellation-free margin: Y_i f_i = c_i + Σ_t s_it δ_it.
+        u = c.add_(psi_s)
+        if self._logistic:
+            # ℓ'(u) = −σ(−u) in one kernel (σ(x) = 1/(1 + e^{−x}), a few ulps; 0 where e^{−x} overflows,
+            # i.e. |ℓ'| < 1e-307: the weights are then below FAST_MIN_WEIGHT and the log path takes over)
+            dl = torch.sigmoid(u.neg_()).neg_()
+        else:
+            dl = self.lo.derivative(u)
+        alpha = dl.div_(S) if self._logistic else dl / S  # a custom ℓ' may return a read-only view
+        # w = E·(α δ − α ψ/S): the selected token's weight is −α ψ/S (δ = 0 there), no cancellation.
+        a_psi = alpha * psi_s
+        w = torch.addcmul(-a_psi, delta, alpha, out=self._w).mul_(E)
+        if self._any_dead:  # dead sequences (z_i = 0) neither contribute nor certify (see __init__)
+            w.mul_(self._live)
+            a_psi.mul_(self._live)
+        # ok ⇔ wmax = max|w| finite, ≥ FAST_MIN_WEIGHT and ≥ κ Δ max|α| (NaN fails every comparison;
+        # for the logistic loss the threshold is the constant upper bound of that, see _thr_bounded).
+        # Shortcut (two passes saved): the token with E = 1 and δ = 0 has weight exactly −fl(α ψ/S),
+        # so wmax ≥ |α ψ/S|; and |w| ≤ 2 |α| Δ is finite when |α| Δ ≤ 1e300. If that lower bound
+        # passes for every instance, ok is all true, as the exact test would say.
+        lower = a_psi.abs_().amax(dim=-1)
+        if self._thr_bounded is not None:  # logistic: |α| ≤ 1, a constant threshold bounds the exact one
+            thr = self._thr_bounded
+            sure = lower >= thr
+        else:
+            amax_alpha = alpha.abs().amax(dim=-1)
+            thr = torch.mul(amax_alpha, self._kappa_delta).clamp_min_(self.FAST_MIN_WEIGHT)
+            sure = (lower >= thr) & (amax_alpha.mul_(self.delta_bound) <= 1e300)
+        wmax = None
+        if bool(sure.all()):
+            ok = None  # every instance certified
+        else:
+            wmax = self._abs_max(w)
+            ok = (wmax >= thr) & (wmax < math.inf)
+        if self._mixed is not None:  # mixed-magnitude instances: the log-domain path only (_init_mixed)
+            ok = ~self._mixed if ok is None else ok & ~self._mixed
+        G = self._gradient_sum(w, self.Xt, self.zB, self._y)
+        nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
+        # Σ G² is exact to rounding when ||G|| is in [NORM_SAFE⁻¹, NORM_SAFE] (squares ≤ 1e280 cannot
+        # overflow; the squares that underflow are < 1e-308 each, < 1e-26 relative to ||G||² ≥ 1e-280):
+        # the common case, one pass over G. Otherwise the scaled norm below (instances not ``ok`` are
+        # recomputed by the log-domain path and do not count). NaN fails the test.
+        log_nrm = torch.log(nrm)
+        in_range = log_nrm.abs() <= self._LOG_NORM_SAFE
+        # Cancellation (as grad.normalized_risk_grad_of): ||G|| must exceed the rounding level of its
+        # own sum, C·nT·eps·Σ_it |w_it| ||x_it|| ||z_i||. Cheap sufficient test first, on (B, n)
+        # arrays: Σ_t |w_it| ≤ |α_i| (S_i Δ_b + |ψ_i|) = |α_i| S_i (Δ_b + |ψ_i/S_i|).
+        bound = (alpha.abs() * S).mul_(psi_s.abs().add_(self.delta_bound.view(B, 1)))
+        # ... plus the values' rounding (grad.py's value-error term), bounded by
+        # 4·d·eps·Σ_i |ℓ'_i| N_i max_t m_it max_t ||x_it|| ||z_i||, |ℓ'_i| N_i = |α_i| nsum_i
+        # (see _value_bound_log for the derivation).
+        ve_ub = (alpha.abs() * nsum).mul_(self._ve_const).sum(dim=-1).mul_(CANCELLATION_FACTOR)  # 8·VE bound
+        clear = nrm > self._cancel_rtol * bound.mul_(self._xz_max).sum(dim=-1) + ve_ub
+        good = in_range & clear
+        if bool((good if ok is None else good | ~ok).all()):
+            return G, nrm.reciprocal_(), log_nrm.sub_(self.log_n), ok, None
+        log2_scale = torch.zeros_like(nrm)
+        if not bool((in_range if ok is None else in_range | ~ok).all()):
+            # Scale G by 2^−e (exact) with wmax = m·2^e before the norm: Σ G² would underflow for
+            # weights below ~1e-154 (and overflow above ~1e154); the scaled G is O(1).
+            if wmax is None:
+                wmax = self._abs_max(w)
+            e = torch.frexp(wmax if ok is None else torch.where(ok, wmax, torch.ones_like(wmax))).exponent
+            G.mul_(torch.ldexp(torch.ones_like(wmax), -e).view(B, 1, 1))
+            nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
+            log2_scale = e.to(nrm.dtype)
+            log_nrm = torch.log(nrm)
+        # the exact rounding level, in the same scale as G (w is not needed any more)
+        e2 = -log2_scale.to(torch.int32)
+        level = torch.ldexp(self._rounding_level(w, self._xz), e2)
+        cancelled = ~(nrm > level + torch.ldexp(ve_ub, e2))
+        if ok is not None:
+            cancelled &= ok
+        if bool(cancelled.any()):
+            # the cheap value bound does not clear: the exact value-rounding term, O(T²), for those only
+            idx = torch.nonzero(cancelled).squeeze(1)
+            ve = self._value_error(
+                l.index_select(1, idx),
+                idx,
+                torch.log(alpha.abs() * S).index_select(0, idx),
+                log2_scale.index_select(0, idx) * math.log(2.0),
+            )
+            cancelled[idx] = ~(nrm[idx] > level[idx] + CANCELLATION_FACTOR * ve)
+        return G, nrm.reciprocal(), log_nrm + log2_scale * math.log(2.0) - self.log_n, ok, cancelled
+
+    def _direction_log(self, l: Any, idx: Any | None = None, y: Any | None = None) -> tuple[Any, Any, Any]:
+        """Log-domain direction of the instances in ``l`` (``(T, k, n)``), exact under underflow.
+
+        ``idx`` (``(k,)``): the instances of the batch that ``l`` holds, ``None`` for all of them.
+        Returns ``(D, log_norm, cancelled)`` (``cancelled`` as in :meth:`_direction_fast`).
+
+        Organised around a selected token ``r_i = argmax_t l_it`` so that it costs ``O(T)`` per
+        sequence instead of ``O(T²)``. With scores ``γ_it = Y_i a_it``, ``δ_it = γ_it − γ_ir``, the
+        set ``Z_i = {t : δ_it = 0}`` of tokens scoring exactly like the selected one (``r`` and its
+        exact duplicates), the runner-up logit among the others ``l'_i = max_{u∉Z} l_iu``,
+        ``E_iu = e^{l_iu − l'_i}`` (``u ∉ Z``), ``ψ_i = Σ_{u∉Z} E_iu δ_iu`` and
+        ``m_i = l'_i − lse_i = log s_i at l'``:
+
+            Y_i (a_it − f_i) = Σ_u s_iu (γ_it − γ_iu) = δ_it − e^{m_i} ψ_i     (t ∉ Z)
+            Y_i (a_it − f_i) = −e^{m_i} ψ_i   (t ∈ Z),      Y_i f_i = γ_ir + e^{m_i} ψ_i,
+
+        and ``w_it = ℓ'_i Y_i s_it (a_it − f_i) = −sign(ℓ'_i) A_i c_it`` with
+        ``A_i = |ℓ'_i| e^{m_i}`` and ``c_it = E_it (e^{m_i} ψ_i − δ_it)`` (``t ∉ Z``),
+        ``c_it = s_it ψ_i`` (``t ∈ Z``): the factor that underflows, ``A_i``, is kept as a
+        logarithm and the largest of each instance is factored out before it is exponentiated;
+        ``c`` is O(δ), or negligible where ``E_it`` underflows. (Taking the runner-up among all ``u ≠ r``
+        would pick an exact duplicate of ``r``, whose ``δ = 0``, and lose every other weight to
+        underflow: a zero gradient where the true one is ~e^{−(l_r − l')}.) ``lse`` uses the
+        runner-up among all ``u ≠ r``. If every token scores alike, ``ψ = 0`` and the gradient is
+        exactly 0.
+        """
+        torch = self.torch
+        B = l.shape[1]
+        mixed = self._mixed is not None  # per-sequence scaled data (see _init_mixed)
+        if idx is None:
+            Xt, gamma, zB, xz = self.Xt, self.gamma, self.zB, self._xz
+            log_ve_const, xz_max, cls = self._log_ve_const, self._xz_max, self._cls
+            if mixed:
+                Xt, gamma, zB, xz = self._Xs, self._gamma_s, self._zs, self._xz_s
+                live, sigma, kg1, kg2 = self._live_bn, self._sigma, self._kg_f1, self._kg_f2
+                on = self._mixed
+        else:
+            Xt, gamma, zB = self.Xt.index_select(2, idx), self.gamma.index_select(1, idx), self.zB[idx]
+            xz, log_ve_const, xz_max = (
+                self._xz.index_select(1, idx),
+                self._log_ve_const[idx],
+                self._xz_max[idx],
+            )
+            cls = self._cls.index_select(1, idx)
+            if mixed:
+                Xt, gamma, zB = (
+                    self._Xs.index_select(2, idx),
+                    self._gamma_s.index_select(1, idx),
+                    self._zs[idx],
+                )
+                xz = self._xz_s.index_select(1, idx)
+                live, sigma = self._live_bn[idx], self._sigma[idx]
+                kg1, kg2 = self._kg_f1[idx], self._kg_f2[idx]
+                on = self._mixed.index_select(0, idx)  # type: ignore[union-attr]  # not None: mixed
+        lr, r = torch.max(l, dim=0)  # selected token r (a first maximiser) and its logit
+        r0 = r.unsqueeze(0)  # (1, B, n): index of the selected token, for scatter/gather
+        g_r = gamma.gather(0, r0)  # (1, B, n): score of the selected token
+        delta = gamma - g_r  # exactly 0 on Z
+        in_z = delta == 0
+        allowed = self._allowed
+        masked = allowed is not None
+        if allowed is not None:
+            # a masked token (logit −inf, zero key: γ = 0) is not in Z even where γ_ir = 0; a sequence with
+            # one allowed token has no runner-up (l' = −inf): its reference is shifted by 0, not by −inf
+            # (−inf − (−inf) = NaN), so that E = 0, ψ = 0, m = −inf and its weights are exactly 0
+            in_z &= allowed if idx is None else allowed.index_select(1, idx)
+        # Z = {r} in every sequence (the usual case, one reduction to know): scatter at r instead of
+        # masks over (T, B, n), fewer passes; otherwise the masked form below.
+        single = bool(in_z.sum() == in_z[0].numel())
+        lm = l.scatter(0, r0, -math.inf)  # the logits of u ≠ r
+        if single:
+            l1 = lm.amax(dim=0)  # runner-up (outside Z = {r})
+            Z = lm.sub_(torch.where(torch.isfinite(l1), l1, 0.0) if masked else l1)  # l_u − l' ≤ 0, −inf at r
+            E = torch.exp(Z)  # the runner-up's is 1: the weights that matter do not underflow
+            sum_nr = E.sum(dim=0)  # Σ_{u≠r} e^{l_u − l'} ≥ 1
+            lse = torch.log1p(torch.exp(l1 - lr) * sum_nr)  # lse_i − l_ir = log Σ_t e^{l_t − l_r}
+            # log N_i = log Σ_{u ∉ dup(r)} s_iu: Z = {r}, so r has no duplicate (a copy scores alike)
+            log_nd = (l1 - lr - lse) + torch.log(sum_nr)
+        else:
+            l2 = lm.amax(dim=0)  # runner-up among all u ≠ r, for lse (Σ ≥ 1: no underflow)
+            sum_nr = lm.sub_(torch.where(torch.isfinite(l2), l2, 0.0) if masked else l2).exp_().sum(dim=0)
+            lse = torch.log1p(torch.exp(l2 - lr) * sum_nr)
+            if self._has_dup:  # the weight outside r's exact duplicates, as a log-sum-exp
+                outside = torch.where(cls != cls.gather(0, r0), l, -math.inf)
+                log_nd = torch.logsumexp(outside, dim=0) - lr - lse
+            else:
+                log_nd = (l2 - lr - lse) + torch.log(sum_nr)
+            lo = torch.where(in_z, -math.inf, l)  # the logits outside Z
+            l1 = lo.amax(dim=0)  # −inf when every token scores alike
+            Z = lo.sub_(torch.where(torch.isfinite(l1), l1, torch.zeros_like(l1)))  # −inf on Z
+            E = torch.exp(Z)
+        psi = (E * delta).sum(dim=0)  # Σ_{u∉Z} E_u δ_u
+        m = l1 - lr - lse  # log s at l' (−inf when every token scores alike: ψ = 0 then)
+        em = torch.exp(m)
+        # Cancellation-free margin: Y_i f_i = γ_ir + Σ_u s_iu δ_iu = γ_ir + e^{m_i} ψ_i.
+        u = g_r.squeeze(0) + em * psi
+        if mixed:
+            u = u * kg1 * kg2  # in the true units: γ = 2^kg γ' (exact; 1·1 off the mixed instances)
+        sign_l, log_l = self._signed_log_dl(u)
+        # w_it = −sign(ℓ'_i) A_i c_it with A_i = |ℓ'_i| e^{m_i}, the only factor that can underflow
+        # (kept as its log, the instance scaled by its largest A: e^{log A_i − top_b} ≤ 1), and
+        # c_it = E_it (e^{m_i} ψ_i − δ_it) off Z (s_it = E_it e^{m_i}), c_it = s_it ψ_i on Z (s ≤ 1,
+        # e^{−lse} at r). Each c is O(Δ) or negligible (an E_u that underflows is below 1e-300 of the
+        # runner-up's and of the rounding of the sum it enters).
+        log_a = log_l + m
+        wsc = torch.sub(em * psi, delta, out=delta).mul_(E)  # E (e^{m} ψ − δ), 0 on Z (E = 0 there)
+        if single:
+            wsc.scatter_(0, r0, (torch.exp(-lse) * psi).unsqueeze(0))  # s_r ψ
+        else:
+            s_z = torch.exp(l - (lr + lse).unsqueeze(0))  # s_t, needed on Z only
+            wsc = torch.where(in_z, s_z.mul_(psi), wsc)
+        if mixed:
+            # each sequence's data scale 2^(kg + kx + kz) (0 off the mixed instances), and the size of its
+            # largest term c'·||x'|| ||z'|| (a sequence's weight may sit on tokens far smaller than its
+            # largest): the largest term, not the largest A, is factored out, so no term that matters
+            # underflows. c' is scaled by 2^−k (k ≥ −MIXED_UP: c'·2^−k stays finite), log A raised by k ln 2.
+            log_a = log_a + sigma + self._term_scale_(wsc, xz, on)
+        if self._any_dead:  # dead sequences (z_i = 0) do not set the scale (see __init__)
+            log_a = torch.where(live if mixed else xz_max > 0, log_a, -math.inf)
+        top = log_a.amax(dim=-1)  # (B,)
+        top_safe = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        fac = torch.exp(log_a - top_safe.unsqueeze(-1))  # (B, n), ≤ 1
+        if sign_l is not None:
+            fac.mul_(-sign_l)  # the minus sign is sign(ℓ') = −1 of a decreasing loss
+        wsc.mul_(fac)
+        G = self._gradient_sum(wsc, Xt, zB, y)
+        # c is O(δ), the size of the token values: tiny values (≲ 1e-154) would underflow Σ G² to 0
+        # and read as a cancellation. Scale G by 2^−e with max|G| = m·2^e first (exact), and the
+        # rounding level with it; e = 0 where G = 0.
+        e = torch.frexp(G.abs().amax(dim=(1, 2))).exponent
+        G.mul_(torch.ldexp(torch.ones_like(top), -e).view(B, 1, 1))
+        nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
+        # below the rounding level of its own sum (scaled as G): noise, not a direction; G's units are
+        # e^{−offset} times the true ones (the values' rounding term is formed in the same units)
+        offset = top_safe + e.to(top.dtype) * math.log(2.0)
+        level = torch.ldexp(self._rounding_level(wsc, xz), -e)
+        ve_ub = self._value_bound_log(log_l, log_nd, log_ve_const, offset)
+        cancelled = ~(nrm > level + CANCELLATION_FACTOR * ve_ub)
+        if bool(cancelled.any()):
+            # the cheap value bound does not clear: the exact value-rounding term, O(T²), for those only
+            sub = torch.nonzero(cancelled).squeeze(1)
+            ve = self._value_error(
+                l.index_select(1, sub),
+                sub if idx is None else idx[sub],
+                log_l.index_select(0, sub),
+                offset.index_select(0, sub),
+            )
+            cancelled[sub] = ~(nrm[sub] > level[sub] + CANCELLATION_FACTOR * ve)
+        D = G.mul_(nrm.reciprocal().view(B, 1, 1))  # NaN only for a zero gradient (reported as cancelled)
+        return D, top + torch.log(nrm) + e.to(nrm.dtype) * math.log(2.0) - self.log_n, cancelled
+
+    #: Largest upward scaling of a mixed sequence's ``c'`` (:meth:`_term_scale_`): ``|c'| ≤ 2d``, so
+    #: ``c'·2^MIXED_UP`` ≤ 2d·1e301 is finite.
+    MIXED_UP = 1000
+
+    def _term_scale_(self, c: Any, xz: Any, on: Any) -> Any:
+        """Scale ``c`` (``(T, k, n)``, the log path's ``c'`` on mixed data) in place by ``2^−k_i`` per
+        sequence, ``k_i = ⌊log2 max_t |c'_it| ||x'_it|| ||z'_i||⌋`` (clipped to ``[−MIXED_UP, 0]``; 0 for a
+        sequence without a term, and on the instances that are not mixed, ``on`` (k,) false: those run as
+        in a batch without mixed data, bit for bit), so that its largest term is in ``[1, 2)``; returns
+        ``k_i ln 2``, ``(k, n)``. Formed from logarithms (the product may underflow); exact (powers of two)."""
+        torch = self.torch
+        lt = (torch.log(c.abs()) + torch.log(xz)).amax(dim=0)  # −inf where the sequence has no term
+        ok = torch.isfinite(lt) & on.view(-1, 1)
+        k = torch.where(ok, torch.floor(lt / _LN2), 0.0).clamp_(-self.MIXED_UP, 0.0)
+        c.mul_(torch.pow(2.0, -k).unsqueeze(0))
+        return k * _LN2
+
+    def _value_bound_log(self, log_dl: Any, log_nd: Any, log_ve_const: Any, offset: Any) -> Any:
+        """Upper bound of the values' rounding term, per instance, in units of ``e^offset``: ``(k,)``.
+
+        The single form's term (grad._log_grad) is ``VE = d·eps·Σ_it |ℓ'_i| s_it Σ_{u∉dup(t)} s_iu
+        (m_it + m_iu) ||x_it|| ||z_i||`` (``dup(t)``: the exact copies of token t, itself included).
+        With ``N_i = Σ_{u∉dup(r)} s_iu`` for any token r: ``Σ_t s_t Σ_{u∉dup(t)} s_u ≤ 2 N_i`` (the
+        tokens of dup(r) carry ≤ 1 of weight, each with N_i outside; the others carry N_i, each
+        with ≤ 1 outside), so ``VE ≤ 4·d·eps·Σ_i |ℓ'_i| N_i max_t m_it max_t ||x_it|| ||z_i||``
+        (``log_ve_const`` holds the logarithm of everything but ``|ℓ'_i| N_i``). Formed from
+        logarithms (``N_i`` underflows once saturated; no term is ``+inf``, so no NaN); ``inf`` reads
+        as "not clear".
+        """
+        return self.torch.exp(log_dl + log_nd + log_ve_const - offset.unsqueeze(-1)).sum(dim=-1)
+
+    def _value_error(self, l: Any, idx: Any, log_dl: Any, offset: Any) -> Any:
+        """The values' rounding term of grad._log_grad, exactly (``O(T²)``), in units of ``e^offset``.
+
+        ``VE_b = d·eps·Σ_it |ℓ'_i| s_it Σ_{u: x_iu ≠ x_it} s_iu (m_it + m_iu) ||x_it|| ||z_i||`` for the
+        instances ``idx`` (logits ``l``, ``(T, k, n)``; ``log_dl = log|ℓ'_i|``, ``(k, n)``): the error
+        that the rounding of each value ``a = vᵀx`` (``±d·eps·m``) carries into ``G``. A token and its
+        exact copy have bitwise equal values and charge nothing. Overflow gives ``inf`` (refused).
+        """
+        torch = self.torch
+        k = l.shape[1]
+        Xt = self.Xt.index_select(2, idx)  # (T, d, k, n)
+        amag = self.amag.index_select(1, idx)
+        log_xz = self._log_xz.index_select(1, idx)  # exact for rows of any size (log(xz) where ordinary)
+        log_s = torch.log_softmax(l, dim=0)
+        different = (Xt.unsqueeze(1) != Xt.unsqueeze(0)).any(dim=2)  # (T, T, k, n): [t, u]
+        pair = log_s.unsqueeze(0) + torch.log(amag.unsqueeze(1) + amag.unsqueeze(0))  # log s_u (m_t + m_u)
+        log_mix = torch.logsumexp(pair.masked_fill(~different, -math.inf), dim=1)  # (T, k, n)
+        lg = log_dl.unsqueeze(0) + log_s + log_mix + log_xz - offset.view(1, k, 1)
+        lg = torch.nan_to_num(lg, nan=-math.inf)
+        return torch.exp(lg).sum(dim=(0, 2)).mul_(self._d_eps)
+
+    def _check_undetermined(self, W: Any, l: Any) -> None:
+        """Set :attr:`undetermined`: the instances where the single form refuses ``ℓ'(Y_i f_i)``.
+
+        As grad._output_spread / grad._refuse_undetermined: ``f_i`` is known only to ``±δf_i``,
+        ``δf_i = [(T+d)·eps + 2δl_i]·Σ_t s_it |a_it|`` with the logits' rounding
+        ``δl_i = d²·eps·max_t |x_it|ᵀ|W||z_i|``; ``ℓ'`` is undetermined where ``κ·δf_i > 1``
+        (``κ = σ(u + δf)`` for the logistic loss, 1 otherwise), and the instance is refused when such a
+        sequence's term, grown by ``e^{δf}``, is within ``e^{−NEGLIGIBLE_LOG}`` of the largest determined one.
+        Cheap test first: ``δl_i ≤ d²·eps·||W||_F max_t ||x_it|| ||z_i||`` and ``Σ s|a| ≤ max|a|``; where that
+        bound keeps ``δf ≤ ½`` (the common case, one small pass) nothing more is computed.
+        """
+        self.undetermined = None
+        self.undetermined_detail = {}
+        if not self._check_output:
+            return
+        torch = self.torch
+        T, d = self.T, self.d
+        wn = torch.linalg.vector_norm(W.reshape(W.shape[0], -1), dim=1)  # (B,)
+        maybe = ~(torch.addcmul(self._df_c0, wn, self._df_c1) <= 0.5)  # δf ≤ ½ for sure; NaN: maybe
+        if not bool(maybe.any()):
+            return
+        idx = torch.nonzero(maybe).squeeze(1)
+        ls = l.index_select(1, idx)  # (T, k, n)
+        Xt = self.Xt.index_select(2, idx)  # (T, d, k, n)
+        zB, a, Y = self.zB[idx], self.a.index_select(1, idx), self.Y[idx]
+        log_xz = self._log_xz.index_select(1, idx)  # exact for rows of any size (log(xz) where ordinary)
+        log_s = torch.log_softmax(ls, dim=0)
+        s = torch.exp(log_s)
+        u = Y * (s * a).sum(dim=0)  # Y_i f_i (k, n)
+        q = torch.bmm(W[idx].abs(), zB.abs().transpose(1, 2))  # |W||z_i|: (k, d, n)
+        lmag = torch.einsum("tdki,kdi->tki", Xt.abs(), q).amax(dim=0)  # max_t |x_it|ᵀ|W||z_i|
+        log_dl = torch.log(d * d * _EPS * lmag)
+        log_m = torch.log((s * a.abs()).sum(dim=0))
+        log_df = log_m + torch.logaddexp(
+            torch.full_like(log_m, math.log((T + d) * _EPS)), math.log(2.0) + log_dl
+        )
+        df = torch.exp(log_df.clamp(max=700.0))
+        if self.lo is logistic:
+            log_k = -torch.logaddexp(torch.zeros_like(u), -(u + df))  # κ = σ(u + δf) ≤ 1
+        else:
+            log_k = torch.zeros_like(u)
+        # each sequence's largest term log(|ℓ'_i| s_it |c_it| ||x_it|| ||z_i||), c_it = Σ_u s_iu (a_it − a_iu)
+        # from its positive and negative parts (log-sum-exp: nothing underflows)
+        diff = a.unsqueeze(1) - a.unsqueeze(0)  # [t, u]: a_t − a_u
+        with torch.no_grad():
+            terms = log_s.unsqueeze(0) + torch.log(diff.abs())
+            log_p = torch.logsumexp(terms.masked_fill(~(diff > 0), -math.inf), dim=1)
+            log_n = torch.logsumexp(terms.masked_fill(~(diff < 0), -math.inf), dim=1)
+            hi, lo = torch.maximum(log_p, log_n), torch.minimum(log_p, log_n)
+            log_c = torch.where(torch.isneginf(hi), hi, hi + torch.log1p(-torch.exp(lo - hi)))
+            log_c = torch.nan_to_num(log_c, nan=-math.inf)
+            _, log_l = self._signed_log_dl(u)
+            size = (log_l.unsqueeze(0) + log_s + log_c + log_xz).amax(dim=0)  # (k, n)
+        live = torch.isfinite(size)
+        bad = (log_df + log_k > 0.0) & live
+        if not bool(bad.any()):
+            return
+        best_ok = torch.where(live & ~bad, size, -math.inf).amax(dim=-1, keepdim=True)
+        matter = bad & (size + df >= best_ok - NEGLIGIBLE_LOG)
+        hit = matter.any(dim=-1)
+        if not bool(hit.any()):
+            return
+        self.undetermined = torch.zeros(self.B, dtype=torch.bool, device=l.device)
+        self.undetermined[idx[hit]] = True
+        for j in torch.nonzero(hit).squeeze(1).tolist():
+            i = int(torch.nonzero(matter[j])[0])
+            self.undetermined_detail[int(idx[j])] = (i, float(df[j, i]))
+
+    def _parts(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
+        """``(G, inv, log_norm, cancelled)``: the direction of ``∇L(W_b)`` is ``G_b·inv_b`` (``G`` a reused buffer).
+
+        The linear-domain fast path (:meth:`_direction_fast`) is tried first; the instances it
+        cannot certify (a weight that matters left the normal range: ``||W||`` large, the
+        gradient near or below underflow) are recomputed by the log-domain path
+        (:meth:`_direction_log`, already normalized: ``inv = 1`` there), exact at any ``||W||``.
+        Both agree to a few ulps wherever the fast path is accepted, so the switch, made per step
+        and per instance, does not show in the iterates.
+        """
+        torch = self.torch
+        B = self.B
+        l = self.logits(W)
+        use_log = not self.fast or self._all_mixed  # mixed data: log-domain only (see _init_mixed)
+        if self.fast and self._log_streak > 0:
+            self._log_streak -= 1
+            use_log = True  # most of the batch was saturated a moment ago (see LOG_FRACTION)
+        self._check_undetermined(W, l)  # the single form's undetermined-ℓ' refusal, per instance
+        if use_log:
+            self.stats["log"] += 1
+            D, log_norm, cancelled = self._direction_log(l, None, self._y)
+            return D, torch.ones_like(log_norm), log_norm, cancelled
+        G, inv, log_norm, ok, cancelled = self._direction_fast(l)
+        if ok is None or bool(ok.all()):
+            self.stats["fast"] += 1
+            return G, inv, log_norm, cancelled
+        n_bad = B - int(ok.sum())
+        if n_bad > self.LOG_FRACTION * B:
+            self._log_streak = self.LOG_RETRY - 1
+            self.stats["log"] += 1
+            D, log_norm, cancelled = self._direction_log(l, None, self._y)
+            return D, torch.ones_like(log_norm), log_norm, cancelled
+        self.stats["mixed"] += 1
+        idx = torch.nonzero(~ok).squeeze(1)
+        D_s, ln_s, c_s = self._direction_log(l.index_select(1, idx), idx)
+        G[idx] = D_s
+        inv[idx] = 1.0
+        log_norm[idx] = ln_s
+        if cancelled is None:
+            cancelled = torch.zeros_like(ok)
+        cancelled[idx] = c_s
+        return G, inv, log_norm, cancelled
+
+    def direction(self, W: Any) -> tuple[Any, Any]:
+        """Unit direction of ``∇L(W_b)`` and ``log||∇L(W_b)||``, shapes ``(B, d, d)`` and ``(B,)``.
+
+        Same quantity as :func:`attnsvm.model._grad.normalized_risk_grad_of` (see :meth:`_parts` for
+        the two paths), without its cancellation test (see :meth:`gradient`). The returned
+        direction is a buffer of this engine, overwritten by the next call: use it (or copy it)
+        before then.
+        """
+        G, inv, log_norm, _ = self._parts(W)
+        return G.mul_(inv.view(self.B, 1, 1)), log_norm
+
+    def gradient(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
+        """``(G, inv, log_norm, cancelled)``: the direction is ``G·inv``, ``log_norm = log||∇L(W)||``.
+
+        ``cancelled`` (B,) bool, or ``None`` for none: instances whose gradient is below the
+        rounding level of its own sum or of the token values, where the direction is noise
+        (``run_gd_batch`` raises, as :func:`run_gd` does). :attr:`undetermined` is set alongside:
+        the instances whose loss derivative is undetermined (``run_gd_batch`` raises for those too).
+        """
+        return self._parts(W)
+
+    def update_(self, W: Any, parts: tuple[Any, ...], lr: float, normalized: bool = True) -> Any:
+        """Apply one GD step in place to ``W`` from ``parts = gradient(W)``; returns ``W``.
+
+        Normalized: ``W ← W − η ∇L/||∇L||``; plain: ``W ← W − η ∇L`` (``∇L`` rebuilt from the
+        direction and ``e^{log||∇L||}``, 0 once it underflows). One fused in-place pass over
+        ``(B, d, d)``: the direction is never materialised and nothing of that size is allocated.
+        """
+        G, inv, log_norm = parts[:3]
+        if normalized:
+            scale = inv.mul_(-lr)
+        else:
+            # η·||∇L|| as one exponential (e^{log||∇L|| + log η}): neither factor alone may be a
+            # double when the data are far from unit scale (||∇L|| ~ 2^k), their product is
+            scale = inv.mul_(self.torch.exp(log_norm + math.log(lr)).neg_())
+            zero = log_norm == -math.inf  # ∇L = 0 exactly: no step (its "direction" 0·∞ is NaN)
+            if bool(zero.any()):
+                G[zero] = 0.0
+                scale[zero] = 0.0
+        return W.addcmul_(G, scale.view(self.B, 1, 1))
+
+    def step_(self, W: Any, lr: float, normalized: bool = True) -> Any:
+        """One GD step of every instance, in place on ``W``; returns ``log||∇L(W_b)||`` before the step."""
+        parts = self._parts(W)
+        self.update_(W, parts, lr, normalized)
+        return parts[2]
+
+    def risk(self, W: Any) -> Any:
+        _, log_s = self.log_s(W)
+        f = (self.torch.exp(log_s) * self.a).sum(dim=0)
+        return self.lo.value(self.Y * f).mean(dim=-1)
