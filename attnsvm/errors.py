@@ -16,6 +16,7 @@ __all__ = [
     "SolverError",
     "NumericalError",
     "MissingDependencyError",
+    "RenamedSettingError",
 ]
 
 
@@ -62,3 +63,8 @@ def unknown_name(what: str, given: object, valid: "tuple[str, ...] | list[str]")
     """Build the error for an unknown name, listing the valid ones."""
     names = ", ".join(repr(v) for v in valid)
     return UnknownNameError(f"unknown {what} {given!r}; expected one of {names}")
+
+
+class RenamedSettingError(AttnSVMError):
+    """A setting (an environment variable) is given under a name attnsvm no longer reads; the message names the
+    new one, so a user's setting is never silently ignored."""

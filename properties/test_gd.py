@@ -34,7 +34,7 @@ apply to it unchanged (``d ≥ max(n, T_i − 1)`` still holds; the global condi
 non-optimal tokens); the SVM and local-optimality oracles read the mask themselves. A mask that leaves
 every sequence one token leaves no gradient and no Att-SVM constraint: there ``solve_svm``'s refusal is
 asserted instead. Sequence-to-sequence instances are *not* asserted here: their convergence is beyond
-the single-query theorems (issue 15: measured and reported by the ``reproduce`` family, not asserted).
+the single-query theorems (issue 15: measured and reported by the ``reproduce`` experiment, not asserted).
 The twins run ``MASKED_EXAMPLES`` examples (each a full 8000-step run) to stay within ~15 s.
 """
 
@@ -249,7 +249,7 @@ def _assert_rate(steps: np.ndarray, gaps: list[float]) -> None:
     assert np.all(g[late] <= bound), (g[late].tolist(), bound.tolist())
 
 
-#: The surviving candidate of the README's local/global family (unit, n = 6, T = 8, d = 2 < n,
+#: The surviving candidate of the README's local/global experiment (unit, n = 6, T = 8, d = 2 < n,
 #: seed 20031): GD's tokens settle by step 250, ||W|| grows like ηt, Att-SVM(α_final) is feasible,
 #: and α_final is not locally optimal (support token 2 of sequence 5 outscores the selected one).
 SEED_20031 = A.random_instance(6, 8, 2, seed=20031, family="unit")

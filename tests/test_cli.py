@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -199,36 +200,36 @@ def test_reproduce_writes_every_file(report: tuple[Path, dict, subprocess.Comple
     assert list(out.glob("*.csv"))
     assert doc["meta"]["size"] == "tiny" and doc["meta"]["seed"] == 3
     assert doc["passed"] is True and doc["failed_claims"] == []
-    # the summary names every family, each title whole on one line although stdout is not a terminal
+    # the summary names every experiment, each title whole on one line although stdout is not a terminal
     lines = proc.stdout.splitlines()
-    for fam in doc["families"].values():
-        assert any(fam["title"] in line for line in lines), fam["title"]
+    for entry in doc["experiments"].values():
+        assert any(entry["title"] in line for line in lines), entry["title"]
     assert f"report: {out.resolve() / 'report.html'}" in proc.stdout
 
 
 def test_results_json_agrees_with_api(report: tuple[Path, dict, subprocess.CompletedProcess[str]]) -> None:
     from attnsvm.gd import direction_gap, run_gd
-    from attnsvm.harness.families import convergence as fam_convergence
-    from attnsvm.harness.families import lipschitz as fam_lipschitz
-    from attnsvm.harness.families import saturation as fam_saturation
-    from attnsvm.harness.families import svm as fam_svm
+    from attnsvm.harness.experiments import convergence as exp_convergence
+    from attnsvm.harness.experiments import lipschitz as exp_lipschitz
+    from attnsvm.harness.experiments import saturation as exp_saturation
+    from attnsvm.harness.experiments import svm as exp_svm
     from attnsvm.lipschitz import lipschitz_bound
     from attnsvm.svm import solve_svm
 
     _, doc, _ = report
     seed = doc["meta"]["seed"]
-    fams = doc["families"]
+    exps = doc["experiments"]
 
     # SVM: the dual's objective for the first instance.
-    row = next(r for r in fams["svm"]["tables"]["solves"] if r["method"] == "dual")
-    cfg = fam_svm.SVM_SIZES["tiny"]
+    row = next(r for r in exps["svm"]["tables"]["solves"] if r["method"] == "dual")
+    cfg = exp_svm.SVM_SIZES["tiny"]
     inst = A.random_instance(cfg["n"], cfg["T"], row["d"], seed=row["seed"])
     assert row["objective"] == solve_svm(inst, method="dual").objective
 
     # Lipschitz: the certified bounds are deterministic closed forms.
-    cfg = fam_lipschitz.LIPSCHITZ_SIZES["tiny"]
+    cfg = exp_lipschitz.LIPSCHITZ_SIZES["tiny"]
     inst = A.random_instance(*cfg["shape"], seed=seed)
-    for r in fams["lipschitz"]["tables"]["weights"]:
+    for r in exps["lipschitz"]["tables"]["weights"]:
         if r["instance"] == 0:
             for kind in ("softmax", "linear", "normalized_linear"):
                 assert r[f"bound_{kind}"] == float(lipschitz_bound(inst, kind=kind, radius=r["radius"]))
@@ -236,38 +237,132 @@ def test_results_json_agrees_with_api(report: tuple[Path, dict, subprocess.Compl
     # Convergence: the batched, segmented run against the single-instance engine. run_gd_batch
     # equals run_gd to 1e-8 relative (issue 4), so unit directions differ by ≤ ~2e-8 and the gap
     # ½||Ŵ − Ŵ_mm||² by ≤ ~2·2e-8·||Ŵ − Ŵ_mm|| ≤ 1e-7.
-    cfg = fam_convergence.CONVERGENCE_SIZES["tiny"]
+    cfg = exp_convergence.CONVERGENCE_SIZES["tiny"]
     inst = A.random_instance(*cfg["shape"], seed=seed, family=cfg["family"])
     last = cfg["marks"][-1]
     rec = next(
         r
-        for r in fams["convergence"]["tables"]["runs"]
+        for r in exps["convergence"]["tables"]["runs"]
         if r["seed"] == seed and r["step"] == last and r["mode"] == "normalized" and r["loss"] == "logistic"
     )
-    traj = run_gd(inst, steps=last, lr=fam_convergence.CONVERGENCE_LR["normalized"])
+    traj = run_gd(inst, steps=last, lr=exp_convergence.CONVERGENCE_LR["normalized"])
     ref = solve_svm(inst, alpha=traj.final_tokens).W
     assert rec["tokens"] == " ".join(map(str, traj.final_tokens))
     assert rec["gap"] == pytest.approx(direction_gap(traj.W, ref), abs=1e-7)
     assert rec["norm_W"] == pytest.approx(np.linalg.norm(traj.W), rel=1e-8)
 
     # Saturation: the stable gradient at the first radius against the API (same inputs, same code).
-    cfg = fam_saturation.SATURATION_SIZES["tiny"]
-    assert fams["saturation"]["numbers"]["points"] == len(cfg["scales"]) * cfg["seeds"]
+    cfg = exp_saturation.SATURATION_SIZES["tiny"]
+    assert exps["saturation"]["numbers"]["points"] == len(cfg["scales"]) * cfg["seeds"]
 
     # Symbolic: every listed identity is proved.
-    rows = fams["symbolic"]["tables"]["identities"]
+    rows = exps["symbolic"]["tables"]["identities"]
     assert rows and all(r["proved"] for r in rows)
 
 
+#: The built-in experiments of ``attnsvm reproduce``, written out: the oracle is this list, not the
+#: registry the run reads.
+BUILTIN_EXPERIMENTS = (
+    "autograd_saturation",
+    "convergence",
+    "lipschitz",
+    "local_global",
+    "multitoken",
+    "regpath",
+    "saturation",
+    "seq2seq",
+    "svm",
+    "symbolic",
+    "textbook_gd",
+    "toys",
+)
+
+
+def _famil_outside_instance_fields(obj: Any, path: str = "") -> tuple[list[str], list[str]]:
+    """``(allowed, bad)``: the JSON paths of every key ``"family"`` whose value is an instance distribution
+    (one of ``attnsvm.FAMILIES``), and of every other key or string that says "famil"."""
+    allowed: list[str] = []
+    bad: list[str] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == "family" and v in A.FAMILIES:
+                allowed.append(f"{path}/{k}")
+                continue
+            if "famil" in str(k).lower():
+                bad.append(f"{path}/{k}")
+            a, b = _famil_outside_instance_fields(v, f"{path}/{k}")
+            allowed += a
+            bad += b
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            a, b = _famil_outside_instance_fields(v, f"{path}/{i}")
+            allowed += a
+            bad += b
+    elif isinstance(obj, str) and "famil" in obj.lower():
+        bad.append(f"{path}: {obj[:80]!r}")
+    return allowed, bad
+
+
+def test_reproduce_says_experiment_and_family_only_for_instance_distributions(
+    report: tuple[Path, dict, subprocess.CompletedProcess[str]],
+) -> None:
+    """Issue 14 §1: "family" means the instance distribution only. The tiny report's ``results.json``
+    (format 2) lists its runs under ``"experiments"`` (the twelve built-in ones, written out above), and
+    every "famil" in it is an instance-distribution field (a key ``"family"`` valued in
+    ``attnsvm.FAMILIES``); report.md, the CSV tables, stdout, stderr and ``reproduce --help`` say "famil"
+    nowhere, report.html only in its CSS ``font-family``."""
+    import argparse
+
+    from attnsvm.harness.cli import build_parser
+
+    out, doc, proc = report
+    assert proc.returncode == 0, proc.stderr
+    assert doc["format"] == 2
+    assert "families" not in doc
+    assert sorted(doc["experiments"]) == sorted(BUILTIN_EXPERIMENTS)
+    assert [r["experiment"] for r in doc["summary"]] == list(doc["experiments"])
+    allowed, bad = _famil_outside_instance_fields(doc)
+    assert bad == [], bad
+    # the convergence and local_global configurations name the instance family their data come from
+    assert "/experiments/convergence/config/family" in allowed, allowed
+    for p in [out / "report.md", *sorted(out.glob("*.csv"))]:
+        assert "famil" not in p.read_text(encoding="utf-8").lower(), p.name
+    html = (out / "report.html").read_text(encoding="utf-8").lower()
+    assert "famil" not in html.replace("font-family:", ""), "report.html"
+    assert "famil" not in (proc.stdout + proc.stderr).lower()
+    assert "experiment" in proc.stdout  # the summary table's first column
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    help_text = sub.choices["reproduce"].format_help()
+    assert "famil" not in help_text.lower() and "comma-separated experiments to run" in help_text
+
+
+def test_old_extra_experiments_variable_is_refused_by_reproduce(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ATTNSVM_EXTRA_FAMILIES`` (the variable's name before the rename) is never silently ignored:
+    ``reproduce`` exits 2 before running or writing anything, naming ``ATTNSVM_EXTRA_EXPERIMENTS``."""
+    from attnsvm.harness.cli import main
+
+    monkeypatch.delenv("ATTNSVM_EXTRA_EXPERIMENTS", raising=False)
+    monkeypatch.setenv("ATTNSVM_EXTRA_FAMILIES", "my_package.my_experiments")
+    out = tmp_path / "r"
+    assert main(["reproduce", "--size", "tiny", "--only", "saturation", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "ATTNSVM_EXTRA_FAMILIES is no longer read" in err, err
+    assert "set ATTNSVM_EXTRA_EXPERIMENTS='my_package.my_experiments' instead" in err, err
+    assert not out.exists()
+
+
 def test_reproduce_failed_claim_exits_1(tmp_path: Path) -> None:
-    """A failing check makes the run exit 1 and names the claim (a family that always fails,
-    registered through the documented hook, loaded with ATTNSVM_EXTRA_FAMILIES)."""
-    plugin = tmp_path / "failing_family.py"
+    """A failing check makes the run exit 1 and names the claim (an experiment that always fails,
+    registered through the documented hook, loaded with ATTNSVM_EXTRA_EXPERIMENTS)."""
+    plugin = tmp_path / "failing_experiment.py"
     plugin.write_text(
-        "from attnsvm.harness.experiments import FamilyResult, register_family\n"
-        "@register_family('always_fails', 'Always fails', 'test hook', order=1)\n"
-        "def fam(size, seed, jobs, device, progress):\n"
-        "    r = FamilyResult('always_fails', 'Always fails', 'test hook')\n"
+        "from attnsvm.harness.results import ExperimentResult\n"
+        "from attnsvm.harness.runner import register_experiment\n"
+        "@register_experiment('always_fails', 'Always fails', 'test hook', order=1)\n"
+        "def always_fails(size, seed, jobs, device, progress):\n"
+        "    r = ExperimentResult('always_fails', 'Always fails', 'test hook')\n"
         "    r.claim('impossible', 'one equals two', 1 == 2, 'measured 1 != 2')\n"
         "    return r\n"
     )
@@ -279,7 +374,7 @@ def test_reproduce_failed_claim_exits_1(tmp_path: Path) -> None:
         if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
     }
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env_path
-    env["ATTNSVM_EXTRA_FAMILIES"] = "failing_family"
+    env["ATTNSVM_EXTRA_EXPERIMENTS"] = "failing_experiment"
     proc = subprocess.run(
         [
             sys.executable,
@@ -304,7 +399,7 @@ def test_reproduce_failed_claim_exits_1(tmp_path: Path) -> None:
     assert "FAILED always_fails/impossible" in proc.stderr
     doc = json.loads((tmp_path / "r" / "results.json").read_text())
     assert doc["failed_claims"] == ["always_fails/impossible"]
-    assert "saturation" in doc["families"]
+    assert "saturation" in doc["experiments"]
     assert doc["meta"]["blas_threads"] == {
         "OMP_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1",
@@ -376,7 +471,7 @@ def error_cases(data: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]]
         "gd bad loss": (["gd", good, "--steps", "5", "--lr", "0.1", "--loss", "hinge"], ["--loss"]),
         "reproduce only": (
             ["reproduce", "--only", "nonsense", "--out", str(data["out_dir"] / "r")],
-            ["unknown family"],
+            ["unknown experiment"],
         ),
         "reproduce jobs": (["reproduce", "--jobs", "0", "--out", str(data["out_dir"] / "r")], ["--jobs"]),
         "reproduce device": (

@@ -290,7 +290,7 @@ def _sdpa_grad(inst, W):
 def _mp_gradient(inst, W, dps=40):
     """The oracle: the logistic-risk gradient in mpmath (cancellation-free centring), as float64
     entries of ∇L/max|∇L| (a direction, exact even where ∇L underflows float64)."""
-    from attnsvm.harness.families.autograd_saturation import mp_direction
+    from attnsvm.harness.experiments.autograd_saturation import mp_direction
 
     return mp_direction(inst, W, dps)
 
@@ -598,15 +598,15 @@ def test_docs_example_runs(capsys):
     assert "the gradient leaves its bound at runner-up weight 1e-6.6 (scale 100)" in out
 
 
-# ------------------------------------------------------------------------- the reproduce family
-def test_autograd_saturation_family_tiny():
-    """The reproduce family at the tiny size: runs, registers, and its check claim (attnsvm within the
+# ------------------------------------------------------------------------- the reproduce experiment
+def test_autograd_saturation_experiment_tiny():
+    """The reproduce experiment at the tiny size: runs, registers, and its check claim (attnsvm within the
     differential bound of the mpmath oracle) holds; autograd's error leaves 1e-6 somewhere in the sweep."""
-    from attnsvm.harness.experiments import FAMILY_REGISTRY
-    from attnsvm.harness.families.autograd_saturation import autograd_saturation_family
+    from attnsvm.harness.experiments.autograd_saturation import autograd_saturation_experiment
+    from attnsvm.harness.runner import EXPERIMENT_REGISTRY
 
-    res = autograd_saturation_family("tiny", 0, 1, "cpu", lambda done, total: None)
-    assert "autograd_saturation" in FAMILY_REGISTRY
+    res = autograd_saturation_experiment("tiny", 0, 1, "cpu", lambda done, total: None)
+    assert "autograd_saturation" in EXPERIMENT_REGISTRY
     assert not res.failed, [c.message for c in res.failed]
     names = {c.name: c for c in res.claims}
     assert names["attnsvm-within-differential-bound"].passed

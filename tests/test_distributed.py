@@ -1,8 +1,8 @@
-"""Beyond one machine: families and their GD batches as Dask tasks, and a Hypothesis example database
+"""Beyond one machine: experiments and their GD batches as Dask tasks, and a Hypothesis example database
 every worker reaches.
 
 Oracles: the serial run (a Dask run's results.json and tables equal it exactly except timing fields;
-its families' results, and a GD batch split into chunk tasks, are bitwise the serial ones), and the
+its experiments' results, and a GD batch split into chunk tasks, are bitwise the serial ones), and the
 database itself (a counterexample saved by
 one process is in the redis keys / the folder, and a fresh process running *only* Hypothesis's reuse
 phase fails on it — a run that did not share the database would have nothing to replay).
@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attnsvm.harness import experiments as E
+from attnsvm.harness import results as R
+from attnsvm.harness import runner as E
 from attnsvm.harness.checkpoint import encode_result
 from attnsvm.harness.cli import main
 from attnsvm.harness.distributed import (
@@ -39,13 +40,13 @@ from attnsvm.harness.distributed import (
     check_scheduler,
     gd_chunk_bounds,
 )
-from attnsvm.harness.families import _common as fam_common
-from attnsvm.harness.families import local_global as fam_local_global
+from attnsvm.harness.experiments import _common as exp_common
+from attnsvm.harness.experiments import local_global as exp_local_global
 from attnsvm.model._instance import random_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
-#: Two families that take well under a second at size tiny.
+#: Two experiments that take well under a second at size tiny.
 CHEAP = ("saturation", "convergence")
 #: Seconds to wait for the test's redis-server to answer.
 REDIS_START_S = 10
@@ -84,15 +85,15 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
     doc = json.loads(json.dumps(doc))
     for k in ("created", "elapsed_s", "jobs", "scheduler"):
         doc["meta"].pop(k, None)
-    for fam in doc["families"].values():
-        fam.pop("elapsed_s")
+    for entry in doc["experiments"].values():
+        entry.pop("elapsed_s")
     for row in doc["summary"]:
         row.pop("time_s")
     return doc
 
 
-def exact(res: E.FamilyResult) -> str:
-    """A family's result with every float's bits (the checkpoint encoding), timing set to 0."""
+def exact(res: R.ExperimentResult) -> str:
+    """An experiment's result with every float's bits (the checkpoint encoding), timing set to 0."""
     res.elapsed_s = 0.0
     return encode_result(res)
 
@@ -101,7 +102,7 @@ def exact(res: E.FamilyResult) -> str:
 def test_reproduce_on_dask_gives_the_serial_report(tmp_path: Path) -> None:
     """``reproduce --scheduler dask --jobs 2`` (a real LocalCluster of 2 processes) writes the
     results.json and the tables of the serial run, except timing fields (oracle: the serial run), with
-    one completion line per family. Only OMP_NUM_THREADS is set (the command then does not re-execute
+    one completion line per experiment. Only OMP_NUM_THREADS is set (the command then does not re-execute
     itself): the thread settings it reports are the user's, not those Dask's nanny sets for its workers."""
     need("distributed")
     only = ",".join(CHEAP)
@@ -118,15 +119,15 @@ def test_reproduce_on_dask_gives_the_serial_report(tmp_path: Path) -> None:
     )
     assert dask.returncode == 0, dask.stderr
     for name in CHEAP:
-        title = E.FAMILY_REGISTRY[name].title
+        title = E.EXPERIMENT_REGISTRY[name].title
         assert f"{title}: done" in " ".join(dask.stderr.split()), dask.stderr
     s_doc = json.loads((tmp_path / "s" / "results.json").read_text())
     d_doc = json.loads((tmp_path / "d" / "results.json").read_text())
     assert d_doc["meta"]["scheduler"] == "dask" and d_doc["meta"]["jobs"] == 2
     assert s_doc["meta"]["blas_threads"]["MKL_NUM_THREADS"] is None
     assert comparable(d_doc) == comparable(s_doc)
-    assert list(d_doc["families"]) == list(CHEAP)
-    # every table, as written (the convergence family's GD batch runs in its Dask task)
+    assert list(d_doc["experiments"]) == list(CHEAP)
+    # every table, as written (the convergence experiment's GD batch runs in its Dask task)
     csv = sorted(p.name for p in (tmp_path / "s").glob("*.csv"))
     assert any(name.startswith("convergence-") for name in csv), csv
     assert sorted(p.name for p in (tmp_path / "d").glob("*.csv")) == csv
@@ -137,21 +138,21 @@ def test_reproduce_on_dask_gives_the_serial_report(tmp_path: Path) -> None:
 
 
 def test_existing_scheduler_gives_bitwise_serial_results() -> None:
-    """``scheduler="tcp://..."`` against a running cluster: each family's result is bitwise the serial
+    """``scheduler="tcp://..."`` against a running cluster: each experiment's result is bitwise the serial
     one (oracle: the serial run, compared through every float's exact decimal); the task's progress
     reaches this process through the Dask queue, and the bar ends complete. On this one-thread cluster
     a GD batch is not split (no chunk task) and is bitwise the serial one."""
     distributed = need("distributed")
-    serial = [exact(r) for r in E.run_families("tiny", 1, names=["saturation"])]
+    serial = [exact(r) for r in E.run_experiments("tiny", 1, names=["saturation"])]
     calls: list[tuple[int, int]] = []
 
-    def factory(spec: E.FamilySpec) -> E.ProgressFn:
+    def factory(spec: E.ExperimentSpec) -> E.ProgressFn:
         return lambda done, total: calls.append((done, total))
 
     with distributed.LocalCluster(
         n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
     ) as c:
-        got = E.run_families(
+        got = E.run_experiments(
             "tiny", 1, names=["saturation"], scheduler=c.scheduler_address, progress_factory=factory
         )
         # a one-thread cluster does not split a GD batch: it runs in the task that holds it
@@ -163,7 +164,7 @@ def test_existing_scheduler_gives_bitwise_serial_results() -> None:
     assert calls[-1] == (1, 1) and len(calls) >= 2, calls  # ≥ 1 message from the task, then completion
     assert submitted == 0 and reported == [0, 1]
     for (_, W_d, tok_d), (_, W_s, tok_s) in zip(
-        out, fam_common.segmented_batch(insts, [5, 20], 0.1, True, "logistic", "cpu"), strict=True
+        out, exp_common.segmented_batch(insts, [5, 20], 0.1, True, "logistic", "cpu"), strict=True
     ):
         assert np.array_equal(W_d, W_s) and np.array_equal(tok_d, tok_s)
 
@@ -220,10 +221,10 @@ SPLIT_BATCH = 4 * GD_CHUNK - 2
 def test_gd_batch_split_into_dask_tasks_is_bitwise_serial(
     cluster: Any, shape: tuple[int, int, int], marks: list[int]
 ) -> None:
-    """A family's GD batch (experiments.segmented_batch) run from a Dask task is split into ≥ 2 chunk
+    """An experiment's GD batch (experiments.segmented_batch) run from a Dask task is split into ≥ 2 chunk
     tasks per segment, and its iterates and tokens at every mark are bitwise those of the serial run
     in this process (oracle: the serial run; np.array_equal), for normalized and plain GD, from 0 and
-    from a given W0; the family's on_mark sees every mark, in order."""
+    from a given W0; the experiment's on_mark sees every mark, in order."""
     distributed = need("distributed")
     n, T, d = shape
     insts = [random_instance(n, T, d, seed=b, family="unit") for b in range(SPLIT_BATCH)]
@@ -238,7 +239,7 @@ def test_gd_batch_split_into_dask_tasks_is_bitwise_serial(
     ]
     with distributed.Client(cluster) as client:
         for loss, normalized, lr, start in cases:
-            serial = fam_common.segmented_batch(insts, marks, lr, normalized, loss, "cpu", W0=start)
+            serial = exp_common.segmented_batch(insts, marks, lr, normalized, loss, "cpu", W0=start)
             fut = client.submit(
                 _gd_batch_task, insts, marks, lr, normalized, loss, "cpu", start, GD_CHUNK, pure=False
             )
@@ -258,8 +259,8 @@ def test_a_local_run_imports_no_dask() -> None:
     process's sys.modules after local_global, whose batches go through the Dask hook's check)."""
     code = (
         "import sys\n"
-        "from attnsvm.harness import experiments as E\n"
-        "E.run_family(E.FAMILY_REGISTRY['local_global'], 'tiny', 0)\n"
+        "from attnsvm.harness import runner as E\n"
+        "E.run_experiment(E.EXPERIMENT_REGISTRY['local_global'], 'tiny', 0)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -311,7 +312,7 @@ def test_a_failing_chunk_names_the_instance_as_the_batch_does(cluster: Any) -> N
     one = insts[bad]
     insts[bad] = Instance(np.repeat(one.X[:, :1, :], one.T, axis=1), one.Y, one.v, one.z)
     with pytest.raises(NumericalError) as serial:
-        fam_common.segmented_batch(insts, [5, 20], 0.1, True, "logistic", "cpu")
+        exp_common.segmented_batch(insts, [5, 20], 0.1, True, "logistic", "cpu")
     assert f"instance {bad}:" in str(serial.value)
     with distributed.Client(cluster) as client:
         fut = client.submit(_gd_batch_task, insts, [5, 20], 0.1, True, "logistic", "cpu", pure=False)
@@ -320,25 +321,25 @@ def test_a_failing_chunk_names_the_instance_as_the_batch_does(cluster: Any) -> N
     assert str(dask.value) == str(serial.value)
 
 
-def test_family_with_split_gd_batches_is_bitwise_serial(cluster: Any) -> None:
+def test_experiment_with_split_gd_batches_is_bitwise_serial(cluster: Any) -> None:
     """local_global at size small (64 runs per d: each GD batch is two chunk tasks) on the cluster gives
-    bitwise the serial family result (oracle: the serial run, every float's bits); the chunk tasks did
+    bitwise the serial experiment result (oracle: the serial run, every float's bits); the chunk tasks did
     run (the scheduler's task stream holds them)."""
     distributed = need("distributed")
-    assert fam_local_global.LOCAL_GLOBAL_SIZES["small"]["runs"] >= 2 * GD_CHUNK
-    serial = exact(E.run_family(E.FAMILY_REGISTRY["local_global"], "small", 2))
+    assert exp_local_global.LOCAL_GLOBAL_SIZES["small"]["runs"] >= 2 * GD_CHUNK
+    serial = exact(E.run_experiment(E.EXPERIMENT_REGISTRY["local_global"], "small", 2))
     with distributed.Client(cluster) as client, distributed.get_task_stream(client=client) as ts:
-        (got,) = E.run_families("small", 2, names=["local_global"], scheduler=cluster.scheduler_address)
+        (got,) = E.run_experiments("small", 2, names=["local_global"], scheduler=cluster.scheduler_address)
     assert exact(got) == serial
     chunk_keys = [t["key"] for t in ts.data if str(t["key"]).startswith("attnsvm-gd-local_global-")]
-    assert len(chunk_keys) >= 2 * len(fam_local_global.LOCAL_GLOBAL_SIZES["small"]["ds"]) * 2, len(chunk_keys)
+    assert len(chunk_keys) >= 2 * len(exp_local_global.LOCAL_GLOBAL_SIZES["small"]["ds"]) * 2, len(chunk_keys)
 
 
 def test_scheduler_errors_name_the_cause(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A bad --scheduler, a missing dask (named with the extra to install) and an address where no
-    scheduler answers are one-line errors (exit 2), before any family runs."""
+    scheduler answers are one-line errors (exit 2), before any experiment runs."""
     with pytest.raises(DistributedError, match="local, dask or tcp://host:port"):
         check_scheduler("spark")
     monkeypatch.setitem(sys.modules, "distributed", None)  # import fails as if not installed
@@ -353,7 +354,7 @@ def test_scheduler_errors_name_the_cause(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(DistributedError, match="no Dask scheduler answers"):
-        E.run_families("tiny", 0, names=["saturation"], scheduler=f"tcp://127.0.0.1:{port}")
+        E.run_experiments("tiny", 0, names=["saturation"], scheduler=f"tcp://127.0.0.1:{port}")
 
 
 # ------------------------------------------------------------------- example database

@@ -1,4 +1,4 @@
-"""The report machinery (in process): family registry, availability, failures, files written."""
+"""The report machinery (in process): experiment registry, availability, failures, files written."""
 
 from __future__ import annotations
 
@@ -14,41 +14,42 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm.harness import experiments as E
-from attnsvm.harness.families import convergence as fam_convergence
-from attnsvm.harness.families import lipschitz as fam_lipschitz
-from attnsvm.harness.families import multitoken as fam_multitoken
-from attnsvm.harness.families import regpath as fam_regpath
-from attnsvm.harness.families import saturation as fam_saturation
-from attnsvm.harness.families import textbook_gd as fam_textbook_gd
-from attnsvm.harness.families import toys as fam_toys
+from attnsvm.harness import results as R
+from attnsvm.harness import runner as E
+from attnsvm.harness.experiments import convergence as exp_convergence
+from attnsvm.harness.experiments import lipschitz as exp_lipschitz
+from attnsvm.harness.experiments import multitoken as exp_multitoken
+from attnsvm.harness.experiments import regpath as exp_regpath
+from attnsvm.harness.experiments import saturation as exp_saturation
+from attnsvm.harness.experiments import textbook_gd as exp_textbook_gd
+from attnsvm.harness.experiments import toys as exp_toys
 from attnsvm.harness.report import failed_claims, summary_rows, to_jsonable, write_report
 
 
 @pytest.fixture
-def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, E.FamilySpec]:
-    """A private copy of the registry, so test families never leak into other tests."""
-    reg = dict(E.FAMILY_REGISTRY)
-    monkeypatch.setattr(E, "FAMILY_REGISTRY", reg)
+def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, E.ExperimentSpec]:
+    """A private copy of the registry, so test experiments never leak into other tests."""
+    reg = dict(E.EXPERIMENT_REGISTRY)
+    monkeypatch.setattr(E, "EXPERIMENT_REGISTRY", reg)
     return reg
 
 
-def _toy(size: str, seed: int, jobs: int, device: str, progress: E.ProgressFn) -> E.FamilyResult:
-    res = E.FamilyResult("toy", "Toy family", "a family for tests")
+def _toy(size: str, seed: int, jobs: int, device: str, progress: E.ProgressFn) -> R.ExperimentResult:
+    res = R.ExperimentResult("toy", "Toy experiment", "an experiment for tests")
     x = [1.0, 10.0, 100.0]
     res.numbers["nan_value"] = math.nan
     res.numbers["seed"] = seed
     res.tables["rows"] = [{"x": v, "y": 1 / v, "flag": v > 5} for v in x]
     res.figures.append(
-        E.Figure(
+        R.Figure(
             "line",
             "toy figure",
             [
-                E.Panel(
+                R.Panel(
                     "p",
                     "x",
                     "y",
-                    [E.Series("1/x", x, [1 / v for v in x], lo=[0.5 / v for v in x], hi=[2 / v for v in x])],
+                    [R.Series("1/x", x, [1 / v for v in x], lo=[0.5 / v for v in x], hi=[2 / v for v in x])],
                     xlog=True,
                     ylog=True,
                 )
@@ -75,10 +76,10 @@ def test_to_jsonable_handles_numpy_and_nonfinite() -> None:
     json.dumps(doc, allow_nan=False)  # strictly valid JSON
 
 
-def test_write_report_files(tmp_path: Path, registry: dict[str, E.FamilySpec]) -> None:
-    E.register_family("toy", "Toy family", "a family for tests")(_toy)
+def test_write_report_files(tmp_path: Path, registry: dict[str, E.ExperimentSpec]) -> None:
+    E.register_experiment("toy", "Toy experiment", "an experiment for tests")(_toy)
     calls: list[tuple[int, int]] = []
-    results = E.run_families(
+    results = E.run_experiments(
         "tiny", seed=5, names=["toy"], progress_factory=lambda spec: lambda d, t: calls.append((d, t))
     )
     assert calls == [(1, 1)]
@@ -86,8 +87,8 @@ def test_write_report_files(tmp_path: Path, registry: dict[str, E.FamilySpec]) -
     for name in ("report.md", "report.html", "results.json", "toy-line.png", "toy-rows.csv"):
         assert (tmp_path / name).is_file(), name
     on_disk = json.loads((tmp_path / "results.json").read_text())
-    assert on_disk["families"]["toy"]["numbers"] == {"nan_value": None, "seed": 5}
-    assert on_disk["nonfinite"] == {"/families/toy/numbers/nan_value": "nan"}
+    assert on_disk["experiments"]["toy"]["numbers"] == {"nan_value": None, "seed": 5}
+    assert on_disk["nonfinite"] == {"/experiments/toy/numbers/nan_value": "nan"}
     assert on_disk["passed"] is True  # a refuted *finding* does not fail the run
     assert doc["files"] == on_disk["files"]
     csv_lines = (tmp_path / "toy-rows.csv").read_text().splitlines()
@@ -98,14 +99,14 @@ def test_write_report_files(tmp_path: Path, registry: dict[str, E.FamilySpec]) -
     assert "data:image/png;base64," in html and "toy-line.png" not in html
 
 
-def test_failed_check_is_reported(tmp_path: Path, registry: dict[str, E.FamilySpec]) -> None:
-    @E.register_family("bad", "Bad family", "fails a check")
-    def bad(size: str, seed: int, jobs: int, device: str, progress: E.ProgressFn) -> E.FamilyResult:
-        res = E.FamilyResult("bad", "Bad family", "fails a check")
+def test_failed_check_is_reported(tmp_path: Path, registry: dict[str, E.ExperimentSpec]) -> None:
+    @E.register_experiment("bad", "Bad experiment", "fails a check")
+    def bad(size: str, seed: int, jobs: int, device: str, progress: E.ProgressFn) -> R.ExperimentResult:
+        res = R.ExperimentResult("bad", "Bad experiment", "fails a check")
         res.claim("wrong", "1 = 2", False, "1 != 2")
         return res
 
-    results = E.run_families("tiny", names=["bad"])
+    results = E.run_experiments("tiny", names=["bad"])
     assert [(f, c.name) for f, c in failed_claims(results)] == [("bad", "wrong")]
     assert summary_rows(results)[0]["status"] == "FAIL"
     doc = write_report(results, tmp_path, {})
@@ -113,23 +114,23 @@ def test_failed_check_is_reported(tmp_path: Path, registry: dict[str, E.FamilySp
     assert "FAILED" in (tmp_path / "report.md").read_text()
 
 
-def test_exception_becomes_failed_claim(registry: dict[str, E.FamilySpec]) -> None:
-    @E.register_family("crash", "Crashing family", "raises")
-    def crash(size: str, seed: int, jobs: int, device: str, progress: E.ProgressFn) -> E.FamilyResult:
+def test_exception_becomes_failed_claim(registry: dict[str, E.ExperimentSpec]) -> None:
+    @E.register_experiment("crash", "Crashing experiment", "raises")
+    def crash(size: str, seed: int, jobs: int, device: str, progress: E.ProgressFn) -> R.ExperimentResult:
         raise RuntimeError("boom")
 
-    (res,) = E.run_families("tiny", names=["crash"])
+    (res,) = E.run_experiments("tiny", names=["crash"])
     assert res.failed and res.failed[0].name == "ran" and "RuntimeError: boom" in res.failed[0].message
 
 
-def test_missing_module_is_not_available(tmp_path: Path, registry: dict[str, E.FamilySpec]) -> None:
-    E.register_family(
+def test_missing_module_is_not_available(tmp_path: Path, registry: dict[str, E.ExperimentSpec]) -> None:
+    E.register_experiment(
         "ghost", "Ghost", "needs a module that does not exist", requires=("attnsvm.no_such_module:solve",)
     )(_toy)
-    E.register_family(
+    E.register_experiment(
         "ghost2", "Ghost 2", "needs a missing attribute", requires=("attnsvm.model._grad:no_such_fn",)
     )(_toy)
-    results = E.run_families("tiny", names=["ghost", "ghost2"])
+    results = E.run_experiments("tiny", names=["ghost", "ghost2"])
     assert [r.available for r in results] == [False, False]
     assert "attnsvm.no_such_module" in results[0].reason and "no_such_fn" in results[1].reason
     assert not failed_claims(results)
@@ -138,35 +139,58 @@ def test_missing_module_is_not_available(tmp_path: Path, registry: dict[str, E.F
 
 
 def test_unknown_names_raise() -> None:
-    with pytest.raises(A.UnknownNameError, match="experiment family"):
-        E.run_families("tiny", names=["no-such-family"])
+    with pytest.raises(
+        A.UnknownNameError, match=r"^unknown experiment 'no-such-experiment'; expected one of "
+    ):
+        E.run_experiments("tiny", names=["no-such-experiment"])
     with pytest.raises(A.UnknownNameError, match="size"):
-        E.run_family(E.FAMILY_REGISTRY["saturation"], "huge", 0)
+        E.run_experiment(E.EXPERIMENT_REGISTRY["saturation"], "huge", 0)
 
 
-def test_extra_families_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(E.EXTRA_FAMILIES_ENV, "attnsvm.no_such_plugin")
+def test_extra_experiments_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(E.EXTRA_EXPERIMENTS_ENV, "attnsvm.no_such_plugin")
     with pytest.raises(A.AttnSVMError, match="no_such_plugin"):
-        E.load_extra_families()
-    monkeypatch.setenv(E.EXTRA_FAMILIES_ENV, "")
-    assert E.load_extra_families() == []
+        E.load_extra_experiments()
+    monkeypatch.setenv(E.EXTRA_EXPERIMENTS_ENV, "")
+    assert E.load_extra_experiments() == []
 
 
-def test_saturation_family_is_deterministic_and_matches_api() -> None:
-    spec = E.FAMILY_REGISTRY["saturation"]
-    r1 = E.run_family(spec, "tiny", 11)
-    r2 = E.run_family(spec, "tiny", 11)
+def test_old_extra_experiments_variable_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ATTNSVM_EXTRA_FAMILIES``, the variable's name before the rename, set at all (a module, or empty)
+    raises an AttnSVMError subclass naming ``ATTNSVM_EXTRA_EXPERIMENTS`` (oracle: the literal names), even
+    when the new variable is set too: a user's setting is never silently ignored."""
+    for new in (None, "attnsvm.harness.experiments.saturation"):
+        if new is None:
+            monkeypatch.delenv("ATTNSVM_EXTRA_EXPERIMENTS", raising=False)
+        else:
+            monkeypatch.setenv("ATTNSVM_EXTRA_EXPERIMENTS", new)
+        for old in ("my_package.my_experiments", ""):
+            monkeypatch.setenv("ATTNSVM_EXTRA_FAMILIES", old)
+            with pytest.raises(A.AttnSVMError) as info:
+                E.load_extra_experiments()
+            assert type(info.value) is E.RenamedSettingError
+            msg = str(info.value)
+            assert msg.startswith("ATTNSVM_EXTRA_FAMILIES is no longer read"), msg
+            assert f"set ATTNSVM_EXTRA_EXPERIMENTS={old!r} instead" in msg, msg
+    monkeypatch.delenv("ATTNSVM_EXTRA_FAMILIES")
+    assert E.load_extra_experiments() == ["attnsvm.harness.experiments.saturation"]
+
+
+def test_saturation_experiment_is_deterministic_and_matches_api() -> None:
+    spec = E.EXPERIMENT_REGISTRY["saturation"]
+    r1 = E.run_experiment(spec, "tiny", 11)
+    r2 = E.run_experiment(spec, "tiny", 11)
     assert r1.tables == r2.tables  # same seed, same numbers
     assert not r1.failed
     # Recompute one row's stable relative error directly: the oracle's direction is a unit matrix
-    # that the API gradient, normalised, must match to the bound the family checks.
-    cfg = fam_saturation.SATURATION_SIZES["tiny"]
+    # that the API gradient, normalised, must match to the bound the experiment checks.
+    cfg = exp_saturation.SATURATION_SIZES["tiny"]
     row = r1.tables["errors"][0]
     n, T, d = cfg["shape"]
     inst = A.random_instance(n, T, d, seed=11)
     U = np.random.default_rng(11 + 1000).standard_normal((d, d))
     W = row["radius"] * U / np.linalg.norm(U)
-    G, _, log_norm = fam_saturation._mp_gradient(inst, W)
+    G, _, log_norm = exp_saturation._mp_gradient(inst, W)
     g = A.risk_grad(inst, W)
     expected = float(np.max(np.abs(g - G * math.exp(log_norm))) / np.max(np.abs(G * math.exp(log_norm))))
     assert row["stable_rel_err"] == expected
@@ -174,8 +198,8 @@ def test_saturation_family_is_deterministic_and_matches_api() -> None:
 
 def test_parallel_jobs_give_the_same_results() -> None:
     names = ["saturation", "symbolic"]
-    seq = E.run_families("tiny", seed=2, jobs=1, names=names)
-    par = E.run_families("tiny", seed=2, jobs=2, names=names)
+    seq = E.run_experiments("tiny", seed=2, jobs=1, names=names)
+    par = E.run_experiments("tiny", seed=2, jobs=2, names=names)
     assert [r.name for r in par] == names
 
     def untimed(tables: dict) -> dict:  # wall-clock columns (…_s) differ from run to run
@@ -190,21 +214,23 @@ def test_parallel_jobs_give_the_same_results() -> None:
 
 
 def test_module_that_fails_to_import_is_a_failure(
-    tmp_path: Path, registry: dict[str, E.FamilySpec], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, registry: dict[str, E.ExperimentSpec], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A required module that exists but cannot be imported is a bug, reported as a failed check
     (not hidden as 'not available')."""
     (tmp_path / "attnsvm_broken_plugin.py").write_text("from attnsvm.model._grad import no_such_name\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    E.register_family("broken", "Broken", "its module is broken", requires=("attnsvm_broken_plugin:x",))(_toy)
-    (res,) = E.run_families("tiny", names=["broken"])
+    E.register_experiment("broken", "Broken", "its module is broken", requires=("attnsvm_broken_plugin:x",))(
+        _toy
+    )
+    (res,) = E.run_experiments("tiny", names=["broken"])
     assert res.available and [c.name for c in res.failed] == ["ran"]
     assert "ImportError" in res.failed[0].message and "no_such_name" in res.failed[0].message
 
 
 def _candidate(seed: int) -> Any:
-    """A run of the local/global family (unit, n=6, T=8, d=2, 1000 normalized steps at lr 0.1)."""
-    from attnsvm.harness.families.local_global import CandidateRun
+    """A run of the local/global experiment (unit, n=6, T=8, d=2, 1000 normalized steps at lr 0.1)."""
+    from attnsvm.harness.experiments.local_global import CandidateRun
 
     inst = A.random_instance(6, 8, 2, seed=seed, family="unit")
     tr = A.run_gd(inst, steps=1000, lr=0.1, record_at=[1000])
@@ -215,7 +241,7 @@ def _candidate(seed: int) -> Any:
 def test_counterexample_confirmation_separates_artefacts_from_survivors():
     """Seed 20000 is not locally optimal at step 1000 but changes tokens by step 10⁴ (an artefact of
     the finite horizon); seed 20031 keeps its non-locally-optimal tokens and keeps diverging."""
-    from attnsvm.harness.families.local_global import _confirm_counterexamples
+    from attnsvm.harness.experiments.local_global import _confirm_counterexamples
     from attnsvm.svm import is_locally_optimal
 
     artefact, survivor = _candidate(20000), _candidate(20031)
@@ -225,16 +251,16 @@ def test_counterexample_confirmation_separates_artefacts_from_survivors():
 
 
 # ----------------------------------------------------------- figures and HTML, as a reader sees them
-# These tests draw the families' figures (report.draw_figure) and read back what matplotlib put on
+# These tests draw the experiments' figures (report.draw_figure) and read back what matplotlib put on
 # the page: tick labels, legend texts, annotations, axis limits, drawing order. The oracles are the
-# families' own tables and configurations (what the figure must show), not the figure code.
+# experiments' own tables and configurations (what the figure must show), not the figure code.
 
 #: An internal constant's name: an ALL-CAPS word joined by underscores (CONFIRM_FACTOR, TOY_CORR);
 #: math such as W_R or K_S (one capital before the underscore) is not one.
 CONSTANT_NAME = r"\b[A-Z][A-Z0-9]+(?:_[A-Z0-9]+)+\b"
 
-#: Families cheap enough at size "tiny" (< 1 s each) to run in these tests.
-CHEAP_FAMILIES = (
+#: Experiments cheap enough at size "tiny" (< 1 s each) to run in these tests.
+CHEAP_EXPERIMENTS = (
     "saturation",
     "textbook_gd",
     "convergence",
@@ -276,11 +302,11 @@ def _visible(html_text: str) -> _TextOnly:
 
 
 @pytest.fixture(scope="module")
-def cheap_results() -> dict[str, E.FamilyResult]:
-    return {r.name: r for r in E.run_families("tiny", seed=0, names=list(CHEAP_FAMILIES))}
+def cheap_results() -> dict[str, R.ExperimentResult]:
+    return {r.name: r for r in E.run_experiments("tiny", seed=0, names=list(CHEAP_EXPERIMENTS))}
 
 
-def _drawn(fig: E.Figure) -> Any:
+def _drawn(fig: R.Figure) -> Any:
     from attnsvm.harness.report import draw_figure
 
     return draw_figure(fig)
@@ -293,16 +319,16 @@ def _close(f: Any) -> None:
 
 
 def test_html_renders_code_spans_and_names_no_constants(tmp_path: Path) -> None:
-    """Oracle: the stdlib HTML parser. Every family's description (as a not-available family, so no
-    family runs) and a caption with code spans: the visible prose has no Markdown backtick and no
+    """Oracle: the stdlib HTML parser. Every experiment's description (as a not-available experiment, so no
+    experiment runs) and a caption with code spans: the visible prose has no Markdown backtick and no
     internal constant name (an ALL_CAPS identifier); the code spans come out as <code> text."""
     results = [
-        E.FamilyResult(s.name, s.title, s.description, available=False, reason="`x` not installed")
-        for s in E.FAMILY_REGISTRY.values()
+        R.ExperimentResult(s.name, s.title, s.description, available=False, reason="`x` not installed")
+        for s in E.EXPERIMENT_REGISTRY.values()
     ]
-    toy = E.FamilyResult("toy", "Toy", "uses `a < b` and `f(x)`")
+    toy = R.ExperimentResult("toy", "Toy", "uses `a < b` and `f(x)`")
     toy.figures.append(
-        E.Figure("f", "t", [E.Panel("p", "x", "y", [E.Series("s", [1.0], [1.0])])], caption="see `col`")
+        R.Figure("f", "t", [R.Panel("p", "x", "y", [R.Series("s", [1.0], [1.0])])], caption="see `col`")
     )
     write_report([*results, toy], tmp_path, {})
     page = _visible((tmp_path / "report.html").read_text(encoding="utf-8"))
@@ -312,8 +338,8 @@ def test_html_renders_code_spans_and_names_no_constants(tmp_path: Path) -> None:
     assert {"a < b", "f(x)", "col", "x"} <= set(page.code)
 
 
-def test_cheap_families_html_prose(
-    tmp_path: Path, cheap_results: dict[str, E.FamilyResult], monkeypatch: pytest.MonkeyPatch
+def test_cheap_experiments_html_prose(
+    tmp_path: Path, cheap_results: dict[str, R.ExperimentResult], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Oracle: the stdlib HTML parser on the report of real runs (claims, captions, descriptions).
     The figures' pixels are not under test here: they are written as empty files."""
@@ -329,8 +355,8 @@ def test_cheap_families_html_prose(
 def test_log_axis_ticks_are_plain_numbers() -> None:
     """Oracle: every tick label parses back (``float``) to its tick's position — no "6×10⁰"."""
     x = [0.5, 0.8, 1.5, 4.0]
-    fig = E.Figure(
-        "f", "t", [E.Panel("p", "x", "y", [E.Series("s", x, [6.0, 7.0, 9.0, 20.0])], xlog=True, ylog=True)]
+    fig = R.Figure(
+        "f", "t", [R.Panel("p", "x", "y", [R.Series("s", x, [6.0, 7.0, 9.0, 20.0])], xlog=True, ylog=True)]
     )
     f = _drawn(fig)
     try:
@@ -349,10 +375,10 @@ def test_log_axis_ticks_are_plain_numbers() -> None:
 def test_coinciding_lines_say_so_in_the_legend() -> None:
     """Oracle: the legend text matplotlib drew. A line drawn exactly on an earlier one is named."""
     x = [1.0, 2.0, 3.0]
-    fig = E.Figure(
+    fig = R.Figure(
         "f",
         "t",
-        [E.Panel("p", "x", "y", [E.Series("a", x, [1.0, 2.0, 3.0]), E.Series("b", x, [1.0, 2.0, 3.0])])],
+        [R.Panel("p", "x", "y", [R.Series("a", x, [1.0, 2.0, 3.0]), R.Series("b", x, [1.0, 2.0, 3.0])])],
     )
     f = _drawn(fig)
     try:
@@ -362,30 +388,30 @@ def test_coinciding_lines_say_so_in_the_legend() -> None:
         _close(f)
 
 
-def test_convergence_figures_state_size_and_seeds(cheap_results: dict[str, E.FamilyResult]) -> None:
-    """Oracle: each family's size configuration. The figure's title names n, T, d and the seeds."""
+def test_convergence_figures_state_size_and_seeds(cheap_results: dict[str, R.ExperimentResult]) -> None:
+    """Oracle: each experiment's size configuration. The figure's title names n, T, d and the seeds."""
     cfgs = {
         "saturation": (
-            fam_saturation.SATURATION_SIZES["tiny"]["shape"],
-            fam_saturation.SATURATION_SIZES["tiny"]["seeds"],
+            exp_saturation.SATURATION_SIZES["tiny"]["shape"],
+            exp_saturation.SATURATION_SIZES["tiny"]["seeds"],
         ),
         "textbook_gd": (
-            fam_textbook_gd.TEXTBOOK_GD_SIZES["tiny"]["shape"],
-            fam_textbook_gd.TEXTBOOK_GD_SIZES["tiny"]["seeds"],
+            exp_textbook_gd.TEXTBOOK_GD_SIZES["tiny"]["shape"],
+            exp_textbook_gd.TEXTBOOK_GD_SIZES["tiny"]["seeds"],
         ),
         "convergence": (
-            fam_convergence.CONVERGENCE_SIZES["tiny"]["shape"],
-            fam_convergence.CONVERGENCE_SIZES["tiny"]["seeds"],
+            exp_convergence.CONVERGENCE_SIZES["tiny"]["shape"],
+            exp_convergence.CONVERGENCE_SIZES["tiny"]["seeds"],
         ),
-        "regpath": (fam_regpath.REGPATH_SIZES["tiny"]["shape"], fam_regpath.REGPATH_SIZES["tiny"]["seeds"]),
+        "regpath": (exp_regpath.REGPATH_SIZES["tiny"]["shape"], exp_regpath.REGPATH_SIZES["tiny"]["seeds"]),
     }
     for name, ((n, T, d), seeds) in cfgs.items():
         for fig in cheap_results[name].figures:
             assert f"n={n}, T={T}, d={d}" in fig.title and f"{seeds} seed" in fig.title, (name, fig.title)
 
 
-def test_local_global_figure_states_the_criterion(cheap_results: dict[str, E.FamilyResult]) -> None:
-    """Oracle: the family's by_d table. The claim's verdict is 'last ≥ first' on the table, its
+def test_local_global_figure_states_the_criterion(cheap_results: dict[str, R.ExperimentResult]) -> None:
+    """Oracle: the experiment's by_d table. The claim's verdict is 'last ≥ first' on the table, its
     statement says so, and the drawn figure starts at 0 and prints both ends with the verdict."""
     res = cheap_results["local_global"]
     rows = res.tables["by_d"]
@@ -406,11 +432,11 @@ def test_local_global_figure_states_the_criterion(cheap_results: dict[str, E.Fam
         _close(f)
 
 
-def test_multitoken_points_show_their_run_counts(cheap_results: dict[str, E.FamilyResult]) -> None:
+def test_multitoken_points_show_their_run_counts(cheap_results: dict[str, R.ExperimentResult]) -> None:
     """Oracle: the runs table. Each share point is annotated 'count/out of', counted from the runs."""
     res = cheap_results["multitoken"]
     runs = res.tables["runs"]
-    R = fam_multitoken.MULTITOKEN_SIZES["tiny"]["runs"]
+    R = exp_multitoken.MULTITOKEN_SIZES["tiny"]["runs"]
     expected = []
     for d in sorted({r["d"] for r in runs}):
         multi = [r for r in runs if r["d"] == d and r["multi"]]
@@ -443,7 +469,7 @@ def test_svm_times_exclude_each_methods_first_call(monkeypatch: pytest.MonkeyPat
         return real(inst, *args, **kw)
 
     monkeypatch.setattr(svm_mod, "solve_svm", slow_first)
-    res = E.run_family(E.FAMILY_REGISTRY["svm"], "tiny", 0)
+    res = E.run_experiment(E.EXPERIMENT_REGISTRY["svm"], "tiny", 0)
     assert not res.failed
     assert all(r["time_s"] < WARMUP_S for r in res.tables["solves"])
     for m in ("dual", "vector", "primal", "nuc"):
@@ -461,16 +487,16 @@ def test_lipschitz_estimates_drawn_over_bounds(monkeypatch: pytest.MonkeyPatch) 
     """Oracle: matplotlib's drawing order and tick labels. Every estimate line is drawn above every
     bound line, the legend sits under the panels (over no curve), and the x ticks are the radii."""
     monkeypatch.setitem(
-        fam_lipschitz.LIPSCHITZ_SIZES,
+        exp_lipschitz.LIPSCHITZ_SIZES,
         "tiny",
-        {**fam_lipschitz.LIPSCHITZ_SIZES["tiny"], "samples": 1, "steps": 1},
+        {**exp_lipschitz.LIPSCHITZ_SIZES["tiny"], "samples": 1, "steps": 1},
     )
-    res = E.run_family(E.FAMILY_REGISTRY["lipschitz"], "tiny", 0)
+    res = E.run_experiment(E.EXPERIMENT_REGISTRY["lipschitz"], "tiny", 0)
     (fig,) = res.figures
     f = _drawn(fig)
     try:
         f.canvas.draw()
-        radii = fam_lipschitz.LIPSCHITZ_SIZES["tiny"]["radii"]
+        radii = exp_lipschitz.LIPSCHITZ_SIZES["tiny"]["radii"]
         for ax in f.axes:
             assert ax.get_legend() is None
             lines = {
@@ -492,11 +518,11 @@ def test_toys_figures_mark_targets_ends_and_coinciding_runs(monkeypatch: pytest.
     '(k runs coincide)' label wherever k runs share one line; the global-toy panel plots a positive
     gap (1 − corr is 0 as a difference) under the finding's threshold."""
     monkeypatch.setitem(
-        fam_toys.TOY_SIZES,
+        exp_toys.TOY_SIZES,
         "tiny",
         {"prompt_steps": 30, "global_steps": 30, "joint_steps": 30, "lp_steps": 30},
     )
-    res = E.run_family(E.FAMILY_REGISTRY["toys"], "tiny", 0)
+    res = E.run_experiment(E.EXPERIMENT_REGISTRY["toys"], "tiny", 0)
     prompt, conv = res.figures
     from attnsvm.peers._prompt import solve_prompt_svm
     from attnsvm.peers._toys import prompt_toy
@@ -529,18 +555,18 @@ def test_toys_figures_mark_targets_ends_and_coinciding_runs(monkeypatch: pytest.
         _close(f)
     glob = conv.panels[0]
     (gd,) = glob.series
-    assert all(v > 0 for v in gd.y) and max(gd.y) < 1 - fam_toys.TOY_CORR
-    assert (1 - fam_toys.TOY_CORR) in [y for y, _ in glob.hlines]
+    assert all(v > 0 for v in gd.y) and max(gd.y) < 1 - exp_toys.TOY_CORR
+    assert (1 - exp_toys.TOY_CORR) in [y for y, _ in glob.hlines]
 
 
 def test_coinciding_groups_runs_within_tolerance() -> None:
     """Oracle: hand-made trajectories 0.5·TOY_COINCIDE apart (one line) and 2·TOY_COINCIDE apart (two)."""
     base = np.array([[0.0, 1.0], [0.5, 0.5]])
-    near = base + 0.5 * fam_toys.TOY_COINCIDE
-    far = base + 2 * fam_toys.TOY_COINCIDE
-    groups = fam_toys._coinciding(
+    near = base + 0.5 * exp_toys.TOY_COINCIDE
+    far = base + 2 * exp_toys.TOY_COINCIDE
+    groups = exp_toys._coinciding(
         [
-            fam_toys.PromptRun(y0=y, final_token=0, corr=1.0, direction=a)
+            exp_toys.PromptRun(y0=y, final_token=0, corr=1.0, direction=a)
             for y, a in ((1.0, base), (2.0, near), (3.0, far))
         ]
     )

@@ -1,3 +1,3 @@
-"""The verification harness: experiment families, the report, benchmarks, checkpoints, the command line."""
+"""The verification harness: the experiments, the report, benchmarks, checkpoints, the command line."""
 
 from __future__ import annotations

@@ -1,28 +1,34 @@
-"""Resumable ``attnsvm reproduce`` runs: each finished family saved atomically, and a manifest.
+"""Resumable ``attnsvm reproduce`` runs: each finished experiment saved atomically, and a manifest.
 
 A run's ``--out`` folder holds, besides the report, ::
 
-    manifest.json            {"format": 1, "settings": {...}, "finished": [family, ...]}
-    families/<family>.json   one finished family's FamilyResult, exactly (see below)
+    manifest.json                    {"format": 2, "settings": {...}, "finished": [experiment, ...]}
+    experiments/<experiment>.json    one finished experiment's ExperimentResult, exactly (see below)
 
 The settings are what the results depend on: ``size``, ``seed``, ``device``, the ``attnsvm``
-version and the families selected (in report order). ``--jobs`` and ``--scheduler`` are not
-settings: the families are seeded on their own, so a run may be resumed with other ones.
+version and the experiments selected (in report order, key ``"experiments"``). ``--jobs`` and
+``--scheduler`` are not settings: the experiments are seeded on their own, so a run may be resumed
+with other ones.
 
-Atomicity: a family's file is written to a temporary file in the same folder and moved into place
+Format 1 (before the reproduce "families" were renamed "experiments") had the folder ``families/``,
+the settings key ``"families"`` and the class name ``FamilyResult`` in each file; a format-1 folder
+is not resumed (the message says so and what to do: start again with ``--force``), and ``--force``
+clears it like a format-2 one.
+
+Atomicity: an experiment's file is written to a temporary file in the same folder and moved into place
 with :func:`os.replace` (atomic on POSIX and Windows), *then* the manifest is rewritten the same
 way. A run killed at any instant leaves either the old or the new version of each file, and the
-manifest names only families whose file is complete.
+manifest names only experiments whose file is complete.
 
-Exactness: the report of a resumed run must equal the uninterrupted one, so a family's result is
+Exactness: the report of a resumed run must equal the uninterrupted one, so an experiment's result is
 stored with its Python and NumPy types (``tuple``, ``numpy.ndarray`` with dtype and shape, NumPy
 scalars, dicts with non-string keys, the report's dataclasses) and every float as its shortest
 round-trip decimal (Python's ``repr``; non-finite values as ``NaN``/``Infinity``): decoding gives
 back values equal in type and bits. A value of any other type raises :class:`CheckpointError`
 rather than being stored approximately.
 
-Saved: families that ran (``available``) and did not crash (no failed ``ran`` claim). A family
-that is not available or raised is run again on resume: its cause (a missing module, memory, a
+Saved: experiments that ran (``available``) and did not crash (no failed ``ran`` claim). An
+experiment that is not available or raised is run again on resume: its cause (a missing module, memory, a
 killed worker) may be gone.
 """
 
@@ -39,24 +45,31 @@ from typing import Any
 import numpy as np
 
 from ..errors import AttnSVMError
-from .experiments import ExperimentClaim, FamilyResult, Figure, Panel, Series
+from .results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
 
 __all__ = [
     "CheckpointError",
     "RunCheckpoint",
     "MANIFEST_FILE",
-    "FAMILIES_DIR",
+    "EXPERIMENTS_DIR",
+    "LEGACY_EXPERIMENTS_DIR",
+    "FORMAT",
     "encode_result",
     "decode_result",
     "run_settings",
 ]
 
 MANIFEST_FILE = "manifest.json"
-FAMILIES_DIR = "families"
-#: Version of the manifest and family-file layout; a folder of another version is not resumed.
-FORMAT = 1
-#: The dataclasses a family result is made of, by name (the only classes decoding constructs).
-_CLASSES: dict[str, type] = {c.__name__: c for c in (FamilyResult, ExperimentClaim, Figure, Panel, Series)}
+EXPERIMENTS_DIR = "experiments"
+#: The checkpoint folder of format 1 (cleared by ``--force``, never resumed).
+LEGACY_EXPERIMENTS_DIR = "families"
+#: Version of the manifest and experiment-file layout; a folder of another version is not resumed.
+#: 2: "families" renamed "experiments" (folder, settings key, result class); 1: the original layout.
+FORMAT = 2
+#: The dataclasses an experiment result is made of, by name (the only classes decoding constructs).
+_CLASSES: dict[str, type] = {
+    c.__name__: c for c in (ExperimentResult, ExperimentClaim, Figure, Panel, Series)
+}
 #: NumPy dtype kinds stored exactly through Python scalars (bool, signed/unsigned int, float ≤ 64 bit).
 _KINDS = "biuf"
 
@@ -102,7 +115,7 @@ def _enc(obj: Any, path: str) -> Any:
         }
     raise CheckpointError(
         f"{path}: a value of type {type(obj).__qualname__} cannot be stored exactly in a checkpoint "
-        "(use lists, dicts, numbers, strings or NumPy arrays in family results)"
+        "(use lists, dicts, numbers, strings or NumPy arrays in experiment results)"
     )
 
 
@@ -120,21 +133,21 @@ def _hook(d: dict[str, Any]) -> Any:
     return d
 
 
-def encode_result(result: FamilyResult) -> str:
-    """The exact JSON text of a family's result (see the module docstring)."""
+def encode_result(result: ExperimentResult) -> str:
+    """The exact JSON text of an experiment's result (see the module docstring)."""
     return json.dumps(_enc(result, result.name), ensure_ascii=False, allow_nan=True)
 
 
-def decode_result(text: str) -> FamilyResult:
-    """The :class:`FamilyResult` that :func:`encode_result` wrote, equal in types and bits."""
+def decode_result(text: str) -> ExperimentResult:
+    """The :class:`ExperimentResult` that :func:`encode_result` wrote, equal in types and bits."""
     res = json.loads(text, object_hook=_hook)
-    if not isinstance(res, FamilyResult):
-        raise CheckpointError("not a family result")
+    if not isinstance(res, ExperimentResult):
+        raise CheckpointError("not an experiment result")
     return res
 
 
 # --------------------------------------------------------------------------- manifest
-def run_settings(*, size: str, seed: int, device: str, families: Sequence[str]) -> dict[str, Any]:
+def run_settings(*, size: str, seed: int, device: str, experiments: Sequence[str]) -> dict[str, Any]:
     """The settings a run's results depend on (recorded in the manifest, compared on resume)."""
     from .. import __version__
 
@@ -143,7 +156,7 @@ def run_settings(*, size: str, seed: int, device: str, families: Sequence[str]) 
         "seed": int(seed),
         "device": device,
         "attnsvm": __version__,
-        "families": list(families),
+        "experiments": list(experiments),
     }
 
 
@@ -163,10 +176,10 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 class RunCheckpoint:
-    """The manifest and family files of one run folder.
+    """The manifest and experiment files of one run folder.
 
     Use :meth:`start` (a new run: writes an empty manifest) or :meth:`resume` (an earlier run with
-    the same settings: returns its finished results); then :meth:`save` each finished family.
+    the same settings: returns its finished results); then :meth:`save` each finished experiment.
     """
 
     def __init__(self, out_dir: str | Path, settings: Mapping[str, Any]) -> None:
@@ -183,17 +196,18 @@ class RunCheckpoint:
         _atomic_write(self.manifest_path, json.dumps(doc, indent=1, ensure_ascii=False))
 
     def start(self) -> None:
-        """Begin a new run: the families folder and a manifest with nothing finished."""
-        (self.out_dir / FAMILIES_DIR).mkdir(parents=True, exist_ok=True)
+        """Begin a new run: the experiments folder and a manifest with nothing finished."""
+        (self.out_dir / EXPERIMENTS_DIR).mkdir(parents=True, exist_ok=True)
         self.finished = []
         self._write_manifest()
 
-    def resume(self) -> dict[str, FamilyResult]:
-        """Load the finished families of the run in the folder (its manifest must have our settings).
+    def resume(self) -> dict[str, ExperimentResult]:
+        """Load the finished experiments of the run in the folder (its manifest must have our settings).
 
         Raises:
-          CheckpointError: no manifest, an unreadable one, other settings (the message lists each
-            difference), or a finished family whose file is missing or unreadable.
+          CheckpointError: no manifest, an unreadable one, one of another format (format 1: written
+            before the rename to experiments), other settings (the message lists each difference), or a
+            finished experiment whose file is missing or unreadable.
         """
         try:
             doc = json.loads(self.manifest_path.read_text(encoding="utf-8"))
@@ -205,6 +219,12 @@ class RunCheckpoint:
             raise CheckpointError(
                 f"{self.manifest_path}: unreadable ({exc}); start again with --force"
             ) from None
+        if isinstance(doc, dict) and doc.get("format") == 1:
+            raise CheckpointError(
+                f"{self.manifest_path}: a run of checkpoint format 1, written before the reproduce "
+                f"'families' were renamed 'experiments'; this attnsvm resumes format {FORMAT} only: start "
+                "again there with --force (it clears the old run), or choose another --out"
+            )
         if (
             not isinstance(doc, dict)
             or doc.get("format") != FORMAT
@@ -224,9 +244,9 @@ class RunCheckpoint:
                 f"--resume: the run in {self.out_dir} has other settings ({'; '.join(diffs)}); resume it with "
                 "its settings, or start again there with --force, or choose another --out"
             )
-        done: dict[str, FamilyResult] = {}
+        done: dict[str, ExperimentResult] = {}
         for name in doc.get("finished", []):
-            path = self.out_dir / FAMILIES_DIR / f"{name}.json"
+            path = self.out_dir / EXPERIMENTS_DIR / f"{name}.json"
             try:
                 res = decode_result(path.read_text(encoding="utf-8"))
             except (OSError, ValueError, TypeError, KeyError) as exc:
@@ -236,25 +256,25 @@ class RunCheckpoint:
                 ) from None
             if res.name != name:
                 raise CheckpointError(
-                    f"{path}: holds family {res.name!r}, not {name!r}; start again with --force"
+                    f"{path}: holds experiment {res.name!r}, not {name!r}; start again with --force"
                 )
             done[name] = res
         self.finished = list(done)
-        (self.out_dir / FAMILIES_DIR).mkdir(parents=True, exist_ok=True)
+        (self.out_dir / EXPERIMENTS_DIR).mkdir(parents=True, exist_ok=True)
         return done
 
     @staticmethod
-    def saveable(result: FamilyResult) -> bool:
+    def saveable(result: ExperimentResult) -> bool:
         """Whether a result is kept for resuming: it ran and did not crash (see the module docstring)."""
         return result.available and not any(c.name == "ran" and not c.passed for c in result.claims)
 
-    def save(self, result: FamilyResult) -> bool:
-        """Save a finished family (atomically) and record it in the manifest; ``False`` if not kept."""
+    def save(self, result: ExperimentResult) -> bool:
+        """Save a finished experiment (atomically) and record it in the manifest; ``False`` if not kept."""
         if not self.saveable(result):
             return False
         text = encode_result(result)
-        _atomic_write(self.out_dir / FAMILIES_DIR / f"{result.name}.json", text)
+        _atomic_write(self.out_dir / EXPERIMENTS_DIR / f"{result.name}.json", text)
         if result.name not in self.finished:
             self.finished.append(result.name)
-        self._write_manifest()  # after the family's file: the manifest names only complete files
+        self._write_manifest()  # after the experiment's file: the manifest names only complete files
         return True

@@ -3,9 +3,10 @@
 Subcommands:
 
 * ``attnsvm reproduce [--out DIR] [--size small|paper] [--seed N] [--jobs N] [--device cpu|cuda]
-  [--scheduler local|dask|tcp://HOST:PORT] [--resume | --force]`` runs the experiment families
-  (:mod:`attnsvm.harness.experiments`; on Dask: :mod:`attnsvm.harness.distributed`) and writes the verification
-  report (:mod:`attnsvm.harness.report`), saving each finished family so that ``--resume`` continues a
+  [--scheduler local|dask|tcp://HOST:PORT] [--resume | --force]`` runs the experiments
+  (:mod:`attnsvm.harness.experiments`, run by :mod:`attnsvm.harness.runner`; on Dask:
+  :mod:`attnsvm.harness.distributed`) and writes the verification report (:mod:`attnsvm.harness.report`),
+  saving each finished experiment so that ``--resume`` continues a
   killed run (:mod:`attnsvm.harness.checkpoint`); exit 1 naming the failed claims when a check fails.
 * ``attnsvm check`` — a fast self-check of the installed package (symbolic proofs, a short
   property run); exit 0/1.
@@ -357,25 +358,30 @@ def _gd_summary(doc: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------- reproduce
 def _configure_threads() -> None:
     """One torch thread: the batched GD tensors are small, and on a loaded 2-core machine two
-    threads were measured 20× slower than one. ``--jobs`` parallelises over families instead."""
+    threads were measured 20× slower than one. ``--jobs`` parallelises over experiments instead."""
     import torch
 
     torch.set_num_threads(1)
 
 
-#: Width of the summary table when stdout is not a terminal (wide enough for every family's row).
+#: Width of the summary table when stdout is not a terminal (wide enough for every experiment's row).
 REPORT_TABLE_WIDTH = 160
 #: The file a finished report always holds; a folder with it holds another run's report.
 RESULTS_FILE = "results.json"
 
 
 def _report_entry(e: Path) -> bool:
-    """Whether ``e`` is part of an earlier run: a file, or the checkpoint folder holding only files."""
-    from .checkpoint import FAMILIES_DIR
+    """Whether ``e`` is part of an earlier run: a file, or the checkpoint folder (of either format) holding
+    only files."""
+    from .checkpoint import EXPERIMENTS_DIR, LEGACY_EXPERIMENTS_DIR
 
     if e.is_file():
         return True
-    return e.name == FAMILIES_DIR and e.is_dir() and all(f.is_file() for f in e.iterdir())
+    return (
+        e.name in (EXPERIMENTS_DIR, LEGACY_EXPERIMENTS_DIR)
+        and e.is_dir()
+        and all(f.is_file() for f in e.iterdir())
+    )
 
 
 def _prepare_out_dir(out_dir: Path, *, force: bool) -> None:
@@ -411,16 +417,17 @@ def _prepare_out_dir(out_dir: Path, *, force: bool) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    """Run the experiment families and write the report."""
+    """Run the experiments and write the report."""
     _require_for("reproduce")
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from . import experiments as E
+    from . import runner as E
     from .checkpoint import MANIFEST_FILE, CheckpointError, RunCheckpoint, run_settings
     from .distributed import DistributedError, check_scheduler
     from .report import failed_claims, summary_rows, write_report
+    from .results import ExperimentResult
 
     if args.jobs < 1:
         raise InputError(f"--jobs must be ≥ 1; got {args.jobs}")
@@ -437,23 +444,24 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise InputError("--device cuda: CUDA is not available in this torch build; use --device cpu")
-    E.load_extra_families()
+    E.load_extra_experiments()
     names = None
     if args.only:
         names = [s.strip() for s in args.only.split(",") if s.strip()]
-        unknown = [n for n in names if n not in E.FAMILY_REGISTRY]
+        unknown = [n for n in names if n not in E.EXPERIMENT_REGISTRY]
         if unknown:
             raise InputError(
-                f"--only: unknown family {unknown[0]!r}; known: {', '.join(sorted(E.FAMILY_REGISTRY))}"
+                f"--only: unknown experiment {unknown[0]!r}; "
+                f"known: {', '.join(sorted(E.EXPERIMENT_REGISTRY))}"
             )
-    selected = [s.name for s in sorted(E.FAMILY_REGISTRY.values(), key=lambda s: (s.order, s.name))]
+    selected = [s.name for s in sorted(E.EXPERIMENT_REGISTRY.values(), key=lambda s: (s.order, s.name))]
     selected = [n for n in selected if names is None or n in names]
     out_dir = Path(args.out).resolve()
-    # Resumable: each finished family is saved under --out with a manifest of the run's settings.
+    # Resumable: each finished experiment is saved under --out with a manifest of the run's settings.
     ckpt = RunCheckpoint(
-        out_dir, run_settings(size=args.size, seed=args.seed, device=args.device, families=selected)
+        out_dir, run_settings(size=args.size, seed=args.seed, device=args.device, experiments=selected)
     )
-    finished: dict[str, E.FamilyResult] = {}
+    finished: dict[str, ExperimentResult] = {}
     fresh = not (out_dir.is_dir() and any(out_dir.iterdir()))
     if args.resume and not fresh:
         if not (out_dir / MANIFEST_FILE).is_file():
@@ -480,7 +488,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise InputError(f"--out {args.out}: cannot write there ({exc.strerror or exc})") from None
     if finished:
         print(
-            f"resuming {out_dir}: {len(finished)} of {len(selected)} families already finished "
+            f"resuming {out_dir}: {len(finished)} of {len(selected)} experiments already finished "
             f"({', '.join(finished)})",
             file=sys.stderr,
         )
@@ -496,7 +504,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         disable=args.quiet,
     ) as progress:
 
-        def factory(spec: E.FamilySpec) -> E.ProgressFn:
+        def factory(spec: E.ExperimentSpec) -> E.ProgressFn:
             task = progress.add_task(spec.title, total=None)
 
             def cb(done: int, total: int) -> None:
@@ -504,10 +512,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
             return cb
 
-        def save(res: E.FamilyResult) -> None:
+        def save(res: ExperimentResult) -> None:
             try:
                 ckpt.save(res)
-            except (CheckpointError, OSError) as exc:  # e.g. an extra family's value of an unstorable type
+            except (
+                CheckpointError,
+                OSError,
+            ) as exc:  # e.g. an extra experiment's value of an unstorable type
                 progress.console.print(f"warning: {res.name} not saved for --resume ({exc}); the run goes on")
             if args.quiet:
                 return
@@ -515,7 +526,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             progress.console.print(f"{res.title}: {status} ({res.elapsed_s:.1f} s)")
 
         try:
-            results = E.run_families(
+            results = E.run_experiments(
                 args.size,
                 args.seed,
                 args.jobs,
@@ -540,7 +551,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     write_report(results, args.out, settings)
 
     table = Table(title=f"attnsvm reproduce ({args.size}, {elapsed:.0f} s) → {out_dir}")
-    for col in ("family", "status", "checks", "findings", "time (s)"):
+    for col in ("experiment", "status", "checks", "findings", "time (s)"):
         table.add_column(col, no_wrap=True)
     for row in summary_rows(results):
         style = {"FAIL": "bold red", "pass": "green"}.get(row["status"], "dim")
@@ -557,8 +568,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         out.print(table)
     print(f"report: {out_dir / 'report.html'} (and report.md, results.json, PNG and CSV files)")
     failed = failed_claims(results)
-    for fam, c in failed:
-        print(f"FAILED {fam}/{c.name}: {c.statement} — {c.message}", file=sys.stderr)
+    for name, c in failed:
+        print(f"FAILED {name}/{c.name}: {c.statement} — {c.message}", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -752,7 +763,7 @@ DATA.npz holds (numpy.savez(path, X=X, Y=Y, v=v[, z=z, alpha=alpha])):
 Any finite magnitudes: the solution is computed on exactly rescaled data, and a result outside the
 double range is refused with a one-line error (exit 2)."""
 
-#: ``gd``'s defaults: the step size of the report's normalized-GD convergence family (η = 0.1), and
+#: ``gd``'s defaults: the step size of the report's normalized-GD convergence experiment (η = 0.1), and
 #: enough steps for its direction to settle on small instances; both are options.
 GD_DEFAULT_STEPS = 1000
 GD_DEFAULT_LR = 0.1
@@ -781,13 +792,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _families() -> str:
-    """The family names for ``reproduce --help``, or the extra that brings them (the core lacks it)."""
+def _experiment_names() -> str:
+    """The experiment names for ``reproduce --help``, or the extra that brings them (the core lacks it)."""
     try:
-        from .experiments import FAMILY_REGISTRY
+        from .runner import EXPERIMENT_REGISTRY
     except MissingDependencyError:
         return "listed once `attnsvm[all]` is installed"
-    return ", ".join(sorted(FAMILY_REGISTRY))
+    return ", ".join(sorted(EXPERIMENT_REGISTRY))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -810,18 +821,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     r.add_argument(
-        "--jobs", type=int, default=1, help="families run in this many worker processes (default 1)"
+        "--jobs", type=int, default=1, help="experiments run in this many worker processes (default 1)"
     )
     r.add_argument("--device", default="cpu", help="cpu or cuda, for the batched GD engine (default cpu)")
     r.add_argument(
-        "--only", default=None, help="comma-separated families to run (default: all): " + _families()
+        "--only",
+        default=None,
+        help="comma-separated experiments to run (default: all): " + _experiment_names(),
     )
     r.add_argument("--quiet", action="store_true", help="no progress bars or summary table")
     r.add_argument(
         "--scheduler",
         default="local",
         metavar="{local,dask,tcp://HOST:PORT}",
-        help="where the families run: local (this process, or --jobs worker processes), dask (a Dask "
+        help="where the experiments run: local (this process, or --jobs worker processes), dask (a Dask "
         "LocalCluster of --jobs processes) or tcp://HOST:PORT (an existing Dask scheduler); the results are "
         "the same (default: local; dask needs pip install 'attnsvm[distributed]')",
     )
@@ -834,8 +847,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--resume",
         action="store_true",
-        help="continue the interrupted run in --out: families it finished are not run again (its size, "
-        "seed, device, families and attnsvm version must be the ones given now)",
+        help="continue the interrupted run in --out: experiments it finished are not run again (its "
+        "size, seed, device, experiments and attnsvm version must be the ones given now)",
     )
     r.set_defaults(func=cmd_reproduce)
 

@@ -1,26 +1,26 @@
-"""Experiment families as Dask tasks: ``attnsvm reproduce --scheduler dask | tcp://host:port``.
+"""Experiments as Dask tasks: ``attnsvm reproduce --scheduler dask | tcp://host:port``.
 
 ``scheduler="dask"`` starts an in-process :class:`distributed.LocalCluster` of ``jobs`` worker
 *processes* with one thread each; ``scheduler="tcp://host:port"`` connects a
 :class:`distributed.Client` to a running scheduler (``dask scheduler`` on one machine,
 ``dask worker tcp://host:port --nthreads 1`` on each of the others, every machine with the same
-attnsvm installed). Each family is one task, submitted with the arguments the serial run gives
-:func:`attnsvm.harness.experiments.run_family` (``jobs = 1``); the families are seeded on their own and
+attnsvm installed). Each experiment is one task, submitted with the arguments the serial run gives
+:func:`attnsvm.harness.runner.run_experiment` (``jobs = 1``); the experiments are seeded on their own and
 each worker computes with one torch thread, as the serial run does, so the results are bitwise
 those of the serial run (tested in ``tests/test_distributed.py``).
 
-Progress: each task sends its family's ``progress(done, total)`` through a Dask queue (at most
-every :data:`PROGRESS_INTERVAL_S` seconds), and a family's bar completes when its task does.
+Progress: each task sends its experiment's ``progress(done, total)`` through a Dask queue (at most
+every :data:`PROGRESS_INTERVAL_S` seconds), and an experiment's bar completes when its task does.
 Needs the ``distributed`` extra: ``pip install 'attnsvm[distributed]'``.
 
-GD batches as Dask tasks. Inside a family's task, a batched GD run of ``B ≥ 2·GD_CHUNK`` instances
-(:func:`attnsvm.harness.families._common.segmented_batch`, used by the convergence and local-vs-global families)
-is split into chunks of at least :data:`GD_CHUNK` instances, at most one per worker thread of the
+GD batches as Dask tasks. Inside an experiment's task, a batched GD run of ``B ≥ 2·GD_CHUNK`` instances
+(:func:`attnsvm.harness.experiments._common.segmented_batch`, used by the convergence and local-vs-global
+experiments) is split into chunks of at least :data:`GD_CHUNK` instances, at most one per worker thread of the
 cluster (:func:`gd_chunk_bounds`); each segment of each chunk is one Dask task (a
 chain per chunk: a segment starts from its chunk's previous end point), submitted through
-:func:`distributed.worker_client` (the family's task gives its worker slot back while it waits), and
-the family's progress moves when every chunk has passed a mark. A local run never splits and never
-imports dask: :func:`gd_batch_runner` is ``None`` outside a Dask family task.
+:func:`distributed.worker_client` (the experiment's task gives its worker slot back while it waits), and
+the experiment's progress moves when every chunk has passed a mark. A local run never splits and never
+imports dask: :func:`gd_batch_runner` is ``None`` outside a Dask experiment task.
 
 Why the chunks give bitwise the whole batch's iterates (tested in ``tests/test_distributed.py``):
 GD updates each instance from its own data, and the chunk task makes the very call the serial run
@@ -31,7 +31,7 @@ and compute the remainder with other code (measured: a sum over the tokens adds 
 there, so a chunk of 1 or 2 instances differs from the batch in the last bits). Chunk boundaries at
 multiples of :data:`GD_ALIGN` = 32 instances put every element at the same position relative to
 those blocks (the last chunk ends where the batch ends), so each element is computed by the same code
-path. Two conditions remain. (i) Met by every family's runs (measured at sizes small and paper: the
+path. Two conditions remain. (i) Met by every experiment's runs (measured at sizes small and paper: the
 batched engine takes its linear-domain path for every instance at every step, on moderate unit-norm
 data without exact score ties): the batched engine (:func:`attnsvm.gd.run_gd_batch`) makes a few decisions over the whole
 batch rather than per instance: the data's rescaling when some instance has entries beyond 2^±64,
@@ -69,7 +69,7 @@ __all__ = [
     "check_scheduler",
     "gd_batch_runner",
     "gd_chunk_bounds",
-    "run_families_dask",
+    "run_experiments_dask",
 ]
 
 #: The ``--scheduler`` values besides a ``tcp://host:port`` address.
@@ -77,7 +77,7 @@ SCHEDULERS = ("local", "dask")
 #: Seconds to wait for an existing scheduler (``tcp://``) to answer before giving up.
 CONNECT_TIMEOUT_S = 30
 INSTALL_HINT = "pip install 'attnsvm[distributed]'"
-#: Seconds between two progress messages of one family's task (the bars need no more).
+#: Seconds between two progress messages of one experiment's task (the bars need no more).
 PROGRESS_INTERVAL_S = 0.5
 #: Chunk boundaries of a GD batch fall on multiples of this many instances: torch's CPU kernels
 #: vectorise along the batch-major axes in blocks of at most 32 float64 (AVX-512: 2 vectors of 8 per
@@ -86,7 +86,7 @@ PROGRESS_INTERVAL_S = 0.5
 GD_ALIGN = 32
 #: The fewest instances a Dask task of a split GD batch gets (a multiple of GD_ALIGN); a batch is split
 #: into at most as many chunks as the cluster has worker threads. The batched engine is dispatch-bound
-#: at the families' sizes (n=6, T=8, d=10, one thread: 0.41 ms per step at 32 instances, 0.78 at 100,
+#: at the experiments' sizes (n=6, T=8, d=10, one thread: 0.41 ms per step at 32 instances, 0.78 at 100,
 #: 1.22 at 200): a chunk costs nearly what the whole batch does, so chunks only pay on free workers.
 GD_CHUNK = 32
 
@@ -105,7 +105,7 @@ def check_scheduler(scheduler: str) -> str:
         return scheduler
     host, _, port = scheduler.removeprefix("tcp://").rpartition(":")
     if scheduler == "dask" or (scheduler.startswith("tcp://") and host and port.isdigit()):
-        _import_distributed()  # before any work: a missing extra is named now, not after the first family
+        _import_distributed()  # before any work: a missing extra is named now, not after the first experiment
         return scheduler
     raise DistributedError(
         f"--scheduler must be local, dask or tcp://host:port (an existing Dask scheduler); got {scheduler!r}"
@@ -122,7 +122,7 @@ def _import_distributed() -> Any:
     return distributed
 
 
-def _family_task(
+def _experiment_task(
     module: str,
     name: str,
     size: str,
@@ -131,16 +131,18 @@ def _family_task(
     queue: str | None = None,
     gd_chunk: int = GD_CHUNK,
 ) -> Any:
-    """One family on a Dask worker: what the serial run computes, with one torch thread; its progress
+    """One experiment on a Dask worker: what the serial run computes, with one torch thread; its progress
     goes to the Dask queue named ``queue`` (at most every :data:`PROGRESS_INTERVAL_S` seconds), and its
     GD batches of ``≥ 2·gd_chunk`` instances run as chunk tasks (:func:`gd_batch_runner`)."""
     import torch
 
-    from . import experiments as E
+    from . import runner as E
 
     # One torch thread, as the serial run and the --jobs pool: the same arithmetic, bitwise.
     torch.set_num_threads(1)
-    importlib.import_module(module)  # registers the family (a built-in or an ATTNSVM_EXTRA_FAMILIES one)
+    importlib.import_module(
+        module
+    )  # registers the experiment (a built-in or an ATTNSVM_EXTRA_EXPERIMENTS one)
     progress = None
     if queue is not None:
         q = _import_distributed().Queue(queue)
@@ -152,14 +154,14 @@ def _family_task(
                 last[0] = now
                 q.put((name, done, total))
 
-    token = _GD_RUNNER.set(_DaskGDRunner(gd_chunk, name))  # the family's GD batches become Dask tasks
+    token = _GD_RUNNER.set(_DaskGDRunner(gd_chunk, name))  # the experiment's GD batches become Dask tasks
     try:
-        return E.run_family(E.FAMILY_REGISTRY[name], size, seed, 1, device, progress)
+        return E.run_experiment(E.EXPERIMENT_REGISTRY[name], size, seed, 1, device, progress)
     finally:
         _GD_RUNNER.reset(token)
 
 
-def run_families_dask(
+def run_experiments_dask(
     specs: Sequence[Any],
     size: str,
     seed: int,
@@ -171,17 +173,17 @@ def run_families_dask(
     on_result: Callable[[Any], None] | None = None,
     gd_chunk: int = GD_CHUNK,
 ) -> dict[str, Any]:
-    """Run the families ``specs`` as Dask tasks; returns ``{name: FamilyResult}``.
+    """Run the experiments ``specs`` as Dask tasks; returns ``{name: ExperimentResult}``.
 
     Args:
-      specs: the :class:`~attnsvm.harness.experiments.FamilySpec` to run.
-      size, seed, device: as :func:`attnsvm.harness.experiments.run_family`.
+      specs: the :class:`~attnsvm.harness.runner.ExperimentSpec` to run.
+      size, seed, device: as :func:`attnsvm.harness.runner.run_experiment`.
       scheduler: ``"dask"`` (a LocalCluster of ``jobs`` processes) or ``"tcp://host:port"``.
       jobs: worker processes of the LocalCluster (ignored for an existing scheduler).
-      progress: each family's ``progress(done, total)``, fed from the tasks; ``(1, 1)`` when it finishes.
+      progress: each experiment's ``progress(done, total)``, fed from the tasks; ``(1, 1)`` when it finishes.
       on_result: called in this process with each result as it arrives (e.g. to checkpoint it).
-      gd_chunk: instances per GD chunk task inside a family (rounded up to a multiple of
-        :data:`GD_ALIGN`); a batch smaller than two chunks runs in its family's task.
+      gd_chunk: instances per GD chunk task inside an experiment (rounded up to a multiple of
+        :data:`GD_ALIGN`); a batch smaller than two chunks runs in its experiment's task.
 
     Raises:
       DistributedError: dask missing, the scheduler unreachable, or a task lost (a worker died).
@@ -223,7 +225,7 @@ def run_families_dask(
 
             futures = {
                 client.submit(
-                    _family_task,
+                    _experiment_task,
                     s.run.__module__,
                     s.name,
                     size,
@@ -252,10 +254,10 @@ def run_families_dask(
                         res = fut.result()
                     except (
                         Exception
-                    ) as exc:  # a task lost with its worker; run_family catches the family's own
+                    ) as exc:  # a task lost with its worker; run_experiment catches the experiment's own
                         raise DistributedError(
-                            f"family {name!r} was lost on the Dask cluster ({type(exc).__name__}: {exc}); "
-                            "finished families are saved: rerun with --resume"
+                            f"experiment {name!r} was lost on the Dask cluster "
+                            f"({type(exc).__name__}: {exc}); finished experiments are saved: rerun with --resume"
                         ) from None
                     results[name] = res
                     if on_result is not None:
@@ -280,7 +282,7 @@ def _restore_environ(saved: Mapping[str, str]) -> None:
 
 
 # ------------------------------------------------------------------ GD batches as Dask tasks
-#: The runner of the family task running in this thread (``None``: not inside a Dask family task).
+#: The runner of the experiment task running in this thread (``None``: not inside a Dask experiment task).
 _GD_RUNNER: contextvars.ContextVar[_DaskGDRunner | None] = contextvars.ContextVar(
     "attnsvm_gd_runner", default=None
 )
@@ -316,9 +318,9 @@ def gd_chunk_bounds(batch: int, chunk: int = GD_CHUNK, *, tasks: int | None = No
 def gd_batch_runner(batch: int) -> Callable[..., list[tuple[int, Any, Any]]] | None:
     """The runner of a segmented GD batch of ``batch`` instances as Dask chunk tasks, or ``None``.
 
-    ``None`` outside a Dask family task (a local run: dask is not imported), or when the batch is
-    one chunk. The runner takes the arguments of :func:`attnsvm.harness.families._common.segmented_batch` and
-    returns what it returns, bitwise (see the module docstring).
+    ``None`` outside a Dask experiment task (a local run: dask is not imported), or when the batch is
+    one chunk. The runner takes the arguments of
+    :func:`attnsvm.harness.experiments._common.segmented_batch` and returns what it returns, bitwise (see the module docstring).
     """
     runner = _GD_RUNNER.get()
     if runner is None or len(gd_chunk_bounds(batch, runner.chunk)) < 2:
@@ -341,9 +343,9 @@ def _gd_segment_task(
     import torch
 
     from ..errors import AttnSVMError
-    from .families._common import segmented_batch
+    from .experiments._common import segmented_batch
 
-    torch.set_num_threads(1)  # as the family's task and the serial run: the same arithmetic, bitwise
+    torch.set_num_threads(1)  # as the experiment's task and the serial run: the same arithmetic, bitwise
     W0 = None if start is None else start[0]
     token = _GD_RUNNER.set(None)  # a chunk runs here, whatever context the worker's thread carries
     try:
@@ -358,11 +360,11 @@ def _gd_segment_task(
 
 
 class _DaskGDRunner:
-    """Runs a family's segmented GD batch as chains of chunk tasks (see :func:`gd_batch_runner`)."""
+    """Runs an experiment's segmented GD batch as chains of chunk tasks (see :func:`gd_batch_runner`)."""
 
-    def __init__(self, chunk: int, family: str) -> None:
+    def __init__(self, chunk: int, experiment: str) -> None:
         self.chunk = _check_chunk(chunk)
-        self.family = family
+        self.experiment = experiment
         self.submitted = 0  # chunk tasks submitted so far (each segment of each chunk is one)
         self.tasks_per_segment = 0  # chunks of the last batch run
 
@@ -380,7 +382,7 @@ class _DaskGDRunner:
     ) -> list[tuple[int, Any, Any]]:
         import numpy as np
 
-        from .families._common import segmented_batch
+        from .experiments._common import segmented_batch
 
         distributed = _import_distributed()
         # at most one chunk per worker thread of the cluster (its size now)
@@ -415,7 +417,7 @@ class _DaskGDRunner:
                         prev[c],
                         a,
                         pure=False,
-                        key=f"attnsvm-gd-{self.family}-{run_id}-m{k}-c{c}",
+                        key=f"attnsvm-gd-{self.experiment}-{run_id}-m{k}-c{c}",
                     )
                     for c, (a, _) in enumerate(bounds)
                 ]
@@ -451,11 +453,11 @@ def _gd_batch_task(
     W0: Any | None = None,
     gd_chunk: int = GD_CHUNK,
 ) -> tuple[list[tuple[int, Any, Any]], list[int], int]:
-    """A family's segmented GD batch run from a Dask task as a family task runs it (for the tests):
+    """An experiment's segmented GD batch run from a Dask task as an experiment task runs it (for the tests):
     ``(what segmented_batch returns, the marks reported to on_mark in order, chunk tasks submitted)``."""
     import torch
 
-    from .families._common import segmented_batch
+    from .experiments._common import segmented_batch
 
     torch.set_num_threads(1)
     runner = _DaskGDRunner(gd_chunk, "gd-batch")

@@ -1,16 +1,17 @@
 """The verification report: figures, ``report.md``, ``report.html``, ``results.json`` and CSV tables.
 
-:func:`write_report` takes the :class:`~attnsvm.harness.experiments.FamilyResult` list of a run and
+:func:`write_report` takes the :class:`~attnsvm.harness.results.ExperimentResult` list of a run and
 writes, under one directory:
 
-* ``<family>-<figure>.png`` — one PNG per figure (matplotlib, Agg backend);
+* ``<experiment>-<figure>.png`` — one PNG per figure (matplotlib, Agg backend);
 * ``report.md`` — the claims, tables and figures in Markdown;
 * ``report.html`` — the same, self-contained (PNGs embedded as base64);
 * ``results.json`` — every number of the report (non-finite values as ``null``, their
-  spelling kept in ``"nonfinite"``), the run's settings and the environment;
-* ``<family>-<table>.csv`` — every table.
+  spelling kept in ``"nonfinite"``), the run's settings and the environment, one entry per experiment
+  under ``"experiments"``; its layout version is ``"format"`` (:data:`RESULTS_FORMAT`);
+* ``<experiment>-<table>.csv`` — every table.
 
-Nothing here computes a result: the report only lays out what the families measured.
+Nothing here computes a result: the report only lays out what the experiments measured.
 """
 
 from __future__ import annotations
@@ -33,9 +34,21 @@ from typing import Any
 
 import numpy as np
 
-from .experiments import ExperimentClaim, FamilyResult, Figure
+from .results import ExperimentClaim, ExperimentResult, Figure
 
-__all__ = ["write_report", "to_jsonable", "summary_rows", "failed_claims", "render_figure", "draw_figure"]
+__all__ = [
+    "write_report",
+    "to_jsonable",
+    "summary_rows",
+    "failed_claims",
+    "render_figure",
+    "draw_figure",
+    "RESULTS_FORMAT",
+]
+
+#: Layout version of ``results.json``: 2 has ``"format"``, the key ``"experiments"`` and the summary
+#: column ``"experiment"``; the unversioned layout before it (1) said ``"families"`` / ``"family"``.
+RESULTS_FORMAT = 2
 
 #: Rows of a table shown in report.md / report.html (the CSV and results.json keep all).
 MAX_TABLE_ROWS = 40
@@ -61,19 +74,19 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def failed_claims(results: Sequence[FamilyResult]) -> list[tuple[str, ExperimentClaim]]:
-    """``(family, claim)`` for every failed ``check`` claim."""
+def failed_claims(results: Sequence[ExperimentResult]) -> list[tuple[str, ExperimentClaim]]:
+    """``(experiment, claim)`` for every failed ``check`` claim."""
     return [(r.name, c) for r in results for c in r.failed]
 
 
-def _status(r: FamilyResult) -> str:
+def _status(r: ExperimentResult) -> str:
     if not r.available:
         return "not available"
     return "FAIL" if r.failed else "pass"
 
 
-def summary_rows(results: Sequence[FamilyResult]) -> list[dict[str, Any]]:
-    """One row per family: status, checks passed, findings confirmed/refuted, time."""
+def summary_rows(results: Sequence[ExperimentResult]) -> list[dict[str, Any]]:
+    """One row per experiment: status, checks passed, findings confirmed/refuted, time."""
     rows = []
     any_missing = any(not r.available for r in results)
     for r in results:
@@ -81,7 +94,7 @@ def summary_rows(results: Sequence[FamilyResult]) -> list[dict[str, Any]]:
         finds = [c for c in r.claims if c.severity == "finding"]
         rows.append(
             {
-                "family": r.name,
+                "experiment": r.name,
                 "title": r.title,
                 "status": _status(r),
                 "checks": f"{sum(c.passed for c in checks)}/{len(checks)}",
@@ -381,7 +394,7 @@ def _html_table(rows: Sequence[dict[str, Any]], limit: int = MAX_TABLE_ROWS) -> 
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
 
 
-def _claim_rows(r: FamilyResult) -> list[dict[str, Any]]:
+def _claim_rows(r: ExperimentResult) -> list[dict[str, Any]]:
     rows = []
     for c in r.claims:
         if c.severity == "check":
@@ -458,12 +471,12 @@ code{background:#f4f4f4;padding:0 .2em}
 
 
 def write_report(
-    results: Sequence[FamilyResult], out_dir: str | Path, settings: dict[str, Any]
+    results: Sequence[ExperimentResult], out_dir: str | Path, settings: dict[str, Any]
 ) -> dict[str, Any]:
     """Write the report files for ``results`` under ``out_dir`` (created if needed).
 
     Args:
-      results: the families' results, in report order.
+      results: the experiments' results, in report order.
       out_dir: the output directory.
       settings: the run's settings (size, seed, jobs, device, ...), recorded in the report.
 
@@ -490,11 +503,12 @@ def write_report(
     summary = summary_rows(results)
     failed = failed_claims(results)
     raw = {
+        "format": RESULTS_FORMAT,
         "meta": meta,
         "passed": not failed,
-        "failed_claims": [f"{fam}/{c.name}" for fam, c in failed],
+        "failed_claims": [f"{name}/{c.name}" for name, c in failed],
         "summary": summary,
-        "families": {
+        "experiments": {
             r.name: {
                 "title": r.title,
                 "description": r.description,
@@ -520,7 +534,7 @@ def write_report(
     verdict = (
         "all checks pass"
         if not failed
-        else f"{len(failed)} check(s) FAILED: " + ", ".join(f"{fam}/{c.name}" for fam, c in failed)
+        else f"{len(failed)} check(s) FAILED: " + ", ".join(f"{name}/{c.name}" for name, c in failed)
     )
 
     # ---- Markdown

@@ -1,4 +1,4 @@
-"""``reproduce`` family ``toys``: The peer papers' toy examples.
+"""``reproduce`` experiment ``toys``: The peer papers' toy examples.
 
 Runs the published toy examples (:func:`attnsvm.peers._toys.toy_figures_data`):
 
@@ -14,7 +14,7 @@ Claims: ``prompt-second-token-local-iff-c0`` (check); the findings ``prompt-gd-t
 correlation :data:`TOY_CORR` with its reference direction, or ends closest to its own ℓp-SVM).
 
 Structure: :func:`compute_toys` → :class:`ToysResult` → :func:`check_toys`, :func:`figures_toys`,
-:func:`tables_toys` → :func:`toys_family`.
+:func:`tables_toys` → :func:`toys_experiment`.
 """
 
 from __future__ import annotations
@@ -25,17 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
-from ._common import EPS, FloatArray, Int64Array, family_result
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
+from ._common import EPS, FloatArray, Int64Array, experiment_result
 
 __all__ = [
     "TOY_SIZES",
@@ -51,7 +43,7 @@ __all__ = [
     "check_toys",
     "figures_toys",
     "tables_toys",
-    "toys_family",
+    "toys_experiment",
 ]
 
 
@@ -514,8 +506,8 @@ def figures_toys(result: ToysResult) -> list[Figure]:
     return [_prompt_figure(result), _convergence_figure(result)]
 
 
-# ======================================================================= the family
-@register_family(
+# ======================================================================= the experiment
+@register_experiment(
     "toys",
     "The peer papers' toy examples",
     "Prompt attention (arXiv 2306.13596): one input, W = diag(1,1,0), v = (0,0,1), tokens (−0.1,1,1), "
@@ -525,10 +517,10 @@ def figures_toys(result: ToysResult) -> list[Figure]:
     "the ℓp'-SVM of each p'.",
     order=90,
 )
-def toys_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def toys_experiment(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> ExperimentResult:
     """Run the published toy examples (:func:`attnsvm.peers._toys.toy_figures_data`)."""
     result = compute_toys(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "toys",
         config=dict(TOY_SIZES[size]),
         tables=tables_toys(result),

@@ -1,4 +1,4 @@
-"""``reproduce`` family ``lipschitz``: Lipschitz constants: softmax, linear, normalized linear.
+"""``reproduce`` experiment ``lipschitz``: Lipschitz constants: softmax, linear, normalized linear.
 
 For the maps ``W ↦ s(W)`` (all attention weights) and ``W ↦ f(W)`` (outputs) on the ball
 ``||W||_F ≤ R`` (Frobenius in, ℓ2 out) and the three attention kinds (softmax, linear, normalized
@@ -16,7 +16,7 @@ arXiv 2006.04710.
 
 Structure: :func:`compute_lipschitz` → :class:`LipschitzResult` → :func:`check_lipschitz`,
 :func:`figures_lipschitz`, :func:`tables_lipschitz`, :func:`numbers_lipschitz` →
-:func:`lipschitz_family`.
+:func:`lipschitz_experiment`.
 """
 
 from __future__ import annotations
@@ -25,17 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model._instance import random_instance
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
-from ._common import _fmt, _quantiles, family_result
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
+from ._common import _fmt, _quantiles, experiment_result
 
 __all__ = [
     "LIPSCHITZ_SIZES",
@@ -49,7 +41,7 @@ __all__ = [
     "figures_lipschitz",
     "tables_lipschitz",
     "numbers_lipschitz",
-    "lipschitz_family",
+    "lipschitz_experiment",
 ]
 
 
@@ -346,8 +338,8 @@ def figures_lipschitz(result: LipschitzResult) -> list[Figure]:
     ]
 
 
-# ================================================================== the family
-@register_family(
+# ================================================================== the experiment
+@register_experiment(
     "lipschitz",
     "Lipschitz constants: softmax, linear, normalized linear",
     "Certified upper bound and attained lower estimate (sampling + projected ascent on the Jacobian "
@@ -355,10 +347,12 @@ def figures_lipschitz(result: LipschitzResult) -> list[Figure]:
     "on the ball ||W||_F ≤ R, Frobenius in, ℓ2 out, for the three attention kinds; Gaussian data.",
     order=60,
 )
-def lipschitz_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def lipschitz_experiment(
+    size: str, seed: int, jobs: int, device: str, progress: ProgressFn
+) -> ExperimentResult:
     """Bounds and estimates against the radius, per kind."""
     result = compute_lipschitz(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "lipschitz",
         config=dict(LIPSCHITZ_SIZES[size]),
         tables=tables_lipschitz(result),

@@ -1,4 +1,4 @@
-"""``reproduce`` family ``symbolic``: Symbolic identities (SymPy).
+"""``reproduce`` experiment ``symbolic``: Symbolic identities (SymPy).
 
 Proves the registered identities of :mod:`attnsvm.identities` (tensor trick, softmax calculus, the ½
 spectral bound, risk gradients, softmax regression, linear-attention Jacobians) exactly in SymPy and
@@ -7,7 +7,7 @@ compares each with the attnsvm function it underlies at random float64 points.
 Claim checked: ``all-proved`` (every identity is proved and the code agrees with it).
 
 Structure: :func:`compute_symbolic` (the proofs) → :class:`SymbolicResult` → :func:`check_symbolic`,
-:func:`tables_symbolic`, :func:`numbers_symbolic` → :func:`symbolic_family` (the registered wiring).
+:func:`tables_symbolic`, :func:`numbers_symbolic` → :func:`symbolic_experiment` (the registered wiring).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..experiments import ExperimentClaim, FamilyResult, ProgressFn, no_progress, register_family
-from ._common import family_result
+from ..results import ExperimentClaim, ExperimentResult
+from ..runner import ProgressFn, no_progress, register_experiment
+from ._common import experiment_result
 
 __all__ = [
     "IdentityOutcome",
@@ -26,7 +27,7 @@ __all__ = [
     "check_symbolic",
     "tables_symbolic",
     "numbers_symbolic",
-    "symbolic_family",
+    "symbolic_experiment",
 ]
 
 #: Identities proved at size ``"tiny"`` (the first of the quick subset): seconds for the test suite.
@@ -151,8 +152,8 @@ def numbers_symbolic(result: SymbolicResult) -> dict[str, Any]:
     }
 
 
-# ----------------------------------------------------------------------------- the family
-@register_family(
+# ----------------------------------------------------------------------------- the experiment
+@register_experiment(
     "symbolic",
     "Symbolic identities (SymPy)",
     "The identities behind the theory (tensor trick, softmax calculus, the ½ spectral bound, risk "
@@ -162,10 +163,12 @@ def numbers_symbolic(result: SymbolicResult) -> dict[str, Any]:
     "the full proofs run in `tox -e symbolic`); 'paper' proves every claim at every size.",
     order=70,
 )
-def symbolic_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def symbolic_experiment(
+    size: str, seed: int, jobs: int, device: str, progress: ProgressFn
+) -> ExperimentResult:
     """Prove the registered identities and check the code against them."""
     result = compute_symbolic(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "symbolic",
         config={"quick": result.quick},
         tables=tables_symbolic(result),

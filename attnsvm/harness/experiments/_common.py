@@ -1,10 +1,10 @@
-"""Helpers shared by several ``reproduce`` families: summaries, formatting, cached SVM solutions.
+"""Helpers shared by several ``reproduce`` experiments: summaries, formatting, cached SVM solutions.
 
-A family module is laid out as: its size table and named constants; its typed results (frozen
+An experiment module is laid out as: its size table and named constants; its typed results (frozen
 dataclasses); ``compute_<name>`` (the numerics); ``check_<name>`` (the claims, a pure function of the
-typed result); ``figures_<name>`` (and ``tables_<name>``/``numbers_<name>``); and the registered family
-function that wires them into a :class:`~attnsvm.harness.experiments.FamilyResult` with
-:func:`family_result`.
+typed result); ``figures_<name>`` (and ``tables_<name>``/``numbers_<name>``); and the registered experiment
+function that wires them into a :class:`~attnsvm.harness.experiments.ExperimentResult` with
+:func:`experiment_result`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import numpy as np
 from ..._types import FloatArray, Int64Array
 from ...model._instance import Instance
 from ...scaling import EPS
-from ..experiments import FAMILY_REGISTRY, ExperimentClaim, FamilyResult, Figure
+from ..results import ExperimentClaim, ExperimentResult, Figure
+from ..runner import EXPERIMENT_REGISTRY
 
 __all__ = [
     "EPS",
@@ -26,17 +27,17 @@ __all__ = [
     "FloatArray",
     "Int64Array",
     "segmented_batch",
-    "family_result",
+    "experiment_result",
     "check_severity",
     "tokens_text",
 ]
 
 
-#: Float64 arrays of the families' typed results (shapes in each result class's docstring).
-#: Integer arrays (token indices, steps) of the families' typed results.
+#: Float64 arrays of the experiments' typed results (shapes in each result class's docstring).
+#: Integer arrays (token indices, steps) of the experiments' typed results.
 
 
-def family_result(
+def experiment_result(
     name: str,
     *,
     config: dict[str, Any],
@@ -44,10 +45,11 @@ def family_result(
     numbers: dict[str, Any],
     claims: list[ExperimentClaim],
     figures: list[Figure],
-) -> FamilyResult:
-    """The :class:`FamilyResult` of the registered family ``name`` (title and description from its spec)."""
-    spec = FAMILY_REGISTRY[name]
-    return FamilyResult(
+) -> ExperimentResult:
+    """The :class:`ExperimentResult` of the registered experiment ``name`` (title and description from its
+    spec)."""
+    spec = EXPERIMENT_REGISTRY[name]
+    return ExperimentResult(
         spec.name,
         spec.title,
         spec.description,
@@ -105,7 +107,7 @@ def segmented_batch(
     point (the first from ``W0``, default 0); a GD update depends only on the current iterate, so
     this is the same trajectory. ``on_mark(k)`` is called when every instance has reached ``marks[k]``.
 
-    Inside a family's Dask task (``reproduce --scheduler dask``) a batch of at least two
+    Inside an experiment's Dask task (``reproduce --scheduler dask``) a batch of at least two
     :data:`attnsvm.harness.distributed.GD_CHUNK` chunks runs as Dask tasks, chunk by chunk, with bitwise
     the iterates and tokens of this serial loop (see :mod:`attnsvm.harness.distributed` for the condition);
     a local run never imports dask.

@@ -1,4 +1,4 @@
-"""The checks of the ``reproduce`` families saturation, textbook_gd, convergence, local_global and regpath
+"""The checks of the ``reproduce`` experiments saturation, textbook_gd, convergence, local_global and regpath
 on hand-built typed results (no numerics run).
 
 Oracle: the hand-built data itself, read against the criterion each claim's statement gives (e.g. a
@@ -13,12 +13,12 @@ import math
 import numpy as np
 import pytest
 
-from attnsvm.harness.experiments import ExperimentClaim
-from attnsvm.harness.families import convergence as conv
-from attnsvm.harness.families import local_global as lg
-from attnsvm.harness.families import regpath as rp
-from attnsvm.harness.families import saturation as sat
-from attnsvm.harness.families import textbook_gd as tb
+from attnsvm.harness.experiments import convergence as conv
+from attnsvm.harness.experiments import local_global as lg
+from attnsvm.harness.experiments import regpath as rp
+from attnsvm.harness.experiments import saturation as sat
+from attnsvm.harness.experiments import textbook_gd as tb
+from attnsvm.harness.results import ExperimentClaim
 
 
 def _claim(claims: list[ExperimentClaim], name: str) -> ExperimentClaim:

@@ -1,9 +1,9 @@
-"""The checks of the ``reproduce`` families svm, lipschitz, symbolic, multitoken, toys and
+"""The checks of the ``reproduce`` experiments svm, lipschitz, symbolic, multitoken, toys and
 autograd_saturation, on typed results built by hand (no numerics run).
 
 Oracle: the hand-built data itself, read against the criterion each claim states in its ``statement``
 (e.g. "no attained estimate exceeds the certified bound": one estimate above its bound must fail it).
-Each family has a result that must pass and one that must fail, and the message must carry the
+Each experiment has a result that must pass and one that must fail, and the message must carry the
 measured numbers.
 """
 
@@ -14,13 +14,13 @@ import math
 import numpy as np
 import pytest
 
-from attnsvm.harness.families import autograd_saturation as fam_ag
-from attnsvm.harness.families import lipschitz as fam_lip
-from attnsvm.harness.families import multitoken as fam_mt
-from attnsvm.harness.families import svm as fam_svm
-from attnsvm.harness.families import symbolic as fam_sym
-from attnsvm.harness.families import toys as fam_toys
-from attnsvm.harness.families._common import EPS, SVM_AGREE_RTOL
+from attnsvm.harness.experiments import autograd_saturation as exp_ag
+from attnsvm.harness.experiments import lipschitz as exp_lip
+from attnsvm.harness.experiments import multitoken as exp_mt
+from attnsvm.harness.experiments import svm as exp_svm
+from attnsvm.harness.experiments import symbolic as exp_sym
+from attnsvm.harness.experiments import toys as exp_toys
+from attnsvm.harness.experiments._common import EPS, SVM_AGREE_RTOL
 
 
 def _by_name(claims):
@@ -32,8 +32,8 @@ def _by_name(claims):
 # ------------------------------------------------------------------------------------------- symbolic
 def _identity(
     name: str, *, proved: bool = True, code_ok: bool = True, failed: str = ""
-) -> fam_sym.IdentityOutcome:
-    return fam_sym.IdentityOutcome(
+) -> exp_sym.IdentityOutcome:
+    return exp_sym.IdentityOutcome(
         claim=name,
         group="g",
         statement="s",
@@ -50,29 +50,29 @@ def _identity(
 
 def test_symbolic_all_proved_passes() -> None:
     """Oracle: two identities proved with passing code checks → 'all-proved' holds, '2/2'."""
-    res = fam_sym.SymbolicResult(quick=True, identities=(_identity("a"), _identity("b")), registry_size=9)
-    (c,) = fam_sym.check_symbolic(res, size="tiny")
+    res = exp_sym.SymbolicResult(quick=True, identities=(_identity("a"), _identity("b")), registry_size=9)
+    (c,) = exp_sym.check_symbolic(res, size="tiny")
     assert c.name == "all-proved" and c.passed and c.severity == "check"
     assert c.message == "2/2 proved and matched"
-    assert fam_sym.numbers_symbolic(res) == {"claims": 2, "proved": 2, "registry_size": 9}
+    assert exp_sym.numbers_symbolic(res) == {"claims": 2, "proved": 2, "registry_size": 9}
 
 
 @pytest.mark.parametrize("bad", [{"proved": False, "failed": "obligation 3"}, {"code_ok": False}])
 def test_symbolic_unproved_or_code_mismatch_fails(bad: dict) -> None:
     """Oracle: one identity unproved, or proved but its code check failing → 'all-proved' fails and
     names it."""
-    res = fam_sym.SymbolicResult(
+    res = exp_sym.SymbolicResult(
         quick=True, identities=(_identity("a"), _identity("b", **bad)), registry_size=9
     )
-    (c,) = fam_sym.check_symbolic(res, size="tiny")
+    (c,) = exp_sym.check_symbolic(res, size="tiny")
     assert not c.passed
     assert c.message.startswith("1/2 proved and matched; first failure b")
     assert bad.get("failed", "") in c.message
 
 
 # ------------------------------------------------------------------------------------------- multitoken
-def _mt_run(pred: float, single: float, *, multi: bool) -> fam_mt.MultitokenRun:
-    return fam_mt.MultitokenRun(
+def _mt_run(pred: float, single: float, *, multi: bool) -> exp_mt.MultitokenRun:
+    return exp_mt.MultitokenRun(
         d=4,
         seed=0,
         norm_W=10.0,
@@ -85,8 +85,8 @@ def _mt_run(pred: float, single: float, *, multi: bool) -> fam_mt.MultitokenRun:
     )
 
 
-def _mt(*runs: fam_mt.MultitokenRun) -> fam_mt.MultitokenResult:
-    return fam_mt.MultitokenResult(n=3, T=4, runs_per_d=len(runs), steps=10, ds=(4,), runs=runs)
+def _mt(*runs: exp_mt.MultitokenRun) -> exp_mt.MultitokenResult:
+    return exp_mt.MultitokenResult(n=3, T=4, runs_per_d=len(runs), steps=10, ds=(4,), runs=runs)
 
 
 def test_multitoken_checks_pass() -> None:
@@ -97,12 +97,12 @@ def test_multitoken_checks_pass() -> None:
         _mt_run(0.01, 0.2, multi=True),
         _mt_run(0.02, 0.3, multi=True),
     )
-    c = _by_name(fam_mt.check_multitoken(res, size="tiny"))
+    c = _by_name(exp_mt.check_multitoken(res, size="tiny"))
     assert c["singletons-reduce-to-att-svm"].passed
     assert c["singletons-reduce-to-att-svm"].message == "1 single-token runs"
     assert c["prediction-beats-single-token"].passed
     assert "better in 2/2 multi-token runs" in c["prediction-beats-single-token"].message
-    (b,) = fam_mt.summarise_multitoken(res)
+    (b,) = exp_mt.summarise_multitoken(res)
     assert (b.multi_runs, b.better_runs, b.share_prediction_better) == (2, 2, 1.0)
 
 
@@ -114,7 +114,7 @@ def test_multitoken_checks_fail() -> None:
         _mt_run(0.01, 0.2, multi=True),
         _mt_run(0.3, 0.2, multi=True),
     )
-    c = _by_name(fam_mt.check_multitoken(res, size="tiny"))
+    c = _by_name(exp_mt.check_multitoken(res, size="tiny"))
     assert not c["singletons-reduce-to-att-svm"].passed
     assert not c["prediction-beats-single-token"].passed
     assert "better in 1/2 multi-token runs" in c["prediction-beats-single-token"].message
@@ -122,10 +122,10 @@ def test_multitoken_checks_fail() -> None:
 
 def test_multitoken_no_multi_token_run_is_not_a_pass() -> None:
     """Oracle: the finding is about multi-token runs; with none it cannot hold ('better in 0/0')."""
-    c = _by_name(fam_mt.check_multitoken(_mt(_mt_run(0.1, 0.1, multi=False)), size="tiny"))
+    c = _by_name(exp_mt.check_multitoken(_mt(_mt_run(0.1, 0.1, multi=False)), size="tiny"))
     assert not c["prediction-beats-single-token"].passed
     assert "0/0" in c["prediction-beats-single-token"].message
-    (b,) = fam_mt.summarise_multitoken(_mt(_mt_run(0.1, 0.1, multi=False)))
+    (b,) = exp_mt.summarise_multitoken(_mt(_mt_run(0.1, 0.1, multi=False)))
     assert math.isnan(b.share_prediction_better)
 
 
@@ -133,10 +133,10 @@ def test_multitoken_no_multi_token_run_is_not_a_pass() -> None:
 def _lip_point(
     of: str, R: float, *, soft: tuple[float, float], lin: tuple[float, float], nl: tuple[float, float]
 ):
-    def kc(be: tuple[float, float]) -> fam_lip.KindConstant:
-        return fam_lip.KindConstant(bound=be[0], estimate=be[1], gap=be[0] / be[1])
+    def kc(be: tuple[float, float]) -> exp_lip.KindConstant:
+        return exp_lip.KindConstant(bound=be[0], estimate=be[1], gap=be[0] / be[1])
 
-    return fam_lip.LipschitzPoint(
+    return exp_lip.LipschitzPoint(
         of=of,
         instance=0,
         radius=R,
@@ -150,8 +150,8 @@ def _lip_point(
     )
 
 
-def _lip(weights, output) -> fam_lip.LipschitzResult:
-    return fam_lip.LipschitzResult(
+def _lip(weights, output) -> exp_lip.LipschitzResult:
+    return exp_lip.LipschitzResult(
         shape=(2, 3, 3), radii=(1.0, 2.0), instances=1, weights=tuple(weights), output=tuple(output)
     )
 
@@ -164,12 +164,12 @@ def test_lipschitz_checks_pass() -> None:
         [_lip_point("weights", 1.0, **good), _lip_point("weights", 2.0, **good)],
         [_lip_point("output", 1.0, **good), _lip_point("output", 2.0, **good)],
     )
-    c = _by_name(fam_lip.check_lipschitz(res, size="tiny"))
+    c = _by_name(exp_lip.check_lipschitz(res, size="tiny"))
     assert all(x.passed for x in c.values()), c
     assert c["bounds-sound"].message == "12 comparisons; none violated"
     assert c["softmax-half-linear-weights"].message.endswith("= 0.3")
     assert "softmax/normalized_linear = 0.5" in c["softmax-more-stable-than-normalized-linear"].message
-    nums = fam_lip.numbers_lipschitz(res)
+    nums = exp_lip.numbers_lipschitz(res)
     assert nums["weights/max_bound_over_estimate_softmax"] == pytest.approx(1 / 0.3)
 
 
@@ -188,7 +188,7 @@ def test_lipschitz_checks_fail() -> None:
             _lip_point("output", 2.0, soft=(5.0, 3.0), lin=(4.0, 2.0), nl=(9.0, 9.0)),
         ],
     )
-    c = _by_name(fam_lip.check_lipschitz(res, size="tiny"))
+    c = _by_name(exp_lip.check_lipschitz(res, size="tiny"))
     assert not c["bounds-sound"].passed
     assert "first violation: weights, softmax, R=2.0" in c["bounds-sound"].message
     assert not c["softmax-half-linear-weights"].passed
@@ -199,7 +199,7 @@ def test_lipschitz_checks_fail() -> None:
 
 
 # ------------------------------------------------------------------------------------------- svm
-def _solve(method: str, d: int, **kw) -> fam_svm.SvmSolve:
+def _solve(method: str, d: int, **kw) -> exp_svm.SvmSolve:
     base = dict(
         method=method,
         d=d,
@@ -222,13 +222,13 @@ def _solve(method: str, d: int, **kw) -> fam_svm.SvmSolve:
             fro_objective=2.1,
         )
     base.update(kw)
-    return fam_svm.SvmSolve(**base)
+    return exp_svm.SvmSolve(**base)
 
 
-def _svm(*solves: fam_svm.SvmSolve) -> fam_svm.SvmResult:
-    ds = {m: tuple(sorted({s.d for s in solves if s.method == m})) for m in fam_svm.SVM_METHODS}
-    return fam_svm.SvmResult(
-        n=3, T=4, seeds=1, ds=ds, first_call_s={m: 0.1 for m in fam_svm.SVM_METHODS}, solves=solves
+def _svm(*solves: exp_svm.SvmSolve) -> exp_svm.SvmResult:
+    ds = {m: tuple(sorted({s.d for s in solves if s.method == m})) for m in exp_svm.SVM_METHODS}
+    return exp_svm.SvmResult(
+        n=3, T=4, seeds=1, ds=ds, first_call_s={m: 0.1 for m in exp_svm.SVM_METHODS}, solves=solves
     )
 
 
@@ -242,7 +242,7 @@ def test_svm_checks_pass() -> None:
         _solve("primal", 4, rel_diff_to_dual=1e-12),
         _solve("nuc", 4),
     )
-    c = _by_name(fam_svm.check_svm(res, size="tiny"))
+    c = _by_name(exp_svm.check_svm(res, size="tiny"))
     assert set(c) == {"methods-agree", "certified", "nuclear-feasible", "nuclear-vs-frobenius"}
     assert all(x.passed for x in c.values()), c
     assert c["methods-agree"].message == "worst ||W − W_dual||/||W_dual|| = 1e-12 over 3 solves"
@@ -259,7 +259,7 @@ def test_svm_checks_fail() -> None:
         _solve("primal", 4, certified=False, kkt_max=1e-5),
         _solve("nuc", 4, min_margin=0.99, objective=3.0),
     )
-    c = _by_name(fam_svm.check_svm(res, size="tiny"))
+    c = _by_name(exp_svm.check_svm(res, size="tiny"))
     assert not any(x.passed for x in c.values()), c
     assert "= 1e-06 over 3 solves" in c["methods-agree"].message
     assert c["certified"].message == "2/3 certified; worst KKT residual 1e-05"
@@ -268,7 +268,7 @@ def test_svm_checks_fail() -> None:
 
 def test_svm_without_nuclear_solves_has_no_nuclear_claims() -> None:
     """Oracle: no nuclear solve → nothing to check about it (the two nuclear claims are absent)."""
-    c = _by_name(fam_svm.check_svm(_svm(_solve("dual", 4), _solve("vector", 4)), size="tiny"))
+    c = _by_name(exp_svm.check_svm(_svm(_solve("dual", 4), _solve("vector", 4)), size="tiny"))
     assert set(c) == {"methods-agree", "certified"}
 
 
@@ -282,7 +282,7 @@ def _pt(
     bound: float = 1e-14,
     within: bool = True,
 ):
-    return fam_ag.DirectionPoint(
+    return exp_ag.DirectionPoint(
         seed=seed,
         scale=1.0,
         log10_runner_up=log10_r,
@@ -294,9 +294,9 @@ def _pt(
     )
 
 
-def _ag(*pts: fam_ag.DirectionPoint) -> fam_ag.AutogradResult:
+def _ag(*pts: exp_ag.DirectionPoint) -> exp_ag.AutogradResult:
     n, T, d = 2, 3, 3
-    return fam_ag.AutogradResult(shape=(n, T, d), seeds=1, ref_bound=n * T * (d + T) * EPS, points=pts)
+    return exp_ag.AutogradResult(shape=(n, T, d), seeds=1, ref_bound=n * T * (d + T) * EPS, points=pts)
 
 
 def test_autograd_checks_pass() -> None:
@@ -310,7 +310,7 @@ def test_autograd_checks_pass() -> None:
         _pt(-20.0, math.nan, within=False),
         _pt(-200.0, math.nan, within=False),
     )
-    c = _by_name(fam_ag.check_autograd_saturation(res, size="tiny"))
+    c = _by_name(exp_ag.check_autograd_saturation(res, size="tiny"))
     assert all(x.passed for x in c.values()), c
     assert "at every runner-up ≥ 1e-8.0;" in c["autograd-leaves-1e-6"].message
     assert "at every runner-up ≤ 1e-20.0 (2 of 4 points)" in c["autograd-leaves-1e-6"].message
@@ -318,7 +318,7 @@ def test_autograd_checks_pass() -> None:
     assert "exactly zero gradients: 2" in c["autograd-tracks-eps-over-r"].message
     assert c["differential-bound-flags-autograd"].message.endswith("runner-up 1e-8.0")
     assert "worst error / bound 0.1" in c["attnsvm-within-differential-bound"].message
-    nums = fam_ag.numbers_autograd_saturation(res)
+    nums = exp_ag.numbers_autograd_saturation(res)
     assert nums["torch_error_exceeds_1e_6_below_log10_r"] == -20.0
     assert nums["torch_leaves_bound_at_log10_r"] == [-8.0]
 
@@ -331,7 +331,7 @@ def test_autograd_checks_fail() -> None:
         _pt(-3.0, 100 * EPS / 1e-3, ours=2e-14, bound=1e-14),
         _pt(-8.0, 1e-9),
     )
-    c = _by_name(fam_ag.check_autograd_saturation(res, size="tiny"))
+    c = _by_name(exp_ag.check_autograd_saturation(res, size="tiny"))
     assert not any(x.passed for x in c.values()), c
     assert "worst error / bound 2," in c["attnsvm-within-differential-bound"].message
     assert "max 100 over 2 points" in c["autograd-tracks-eps-over-r"].message
@@ -339,20 +339,20 @@ def test_autograd_checks_fail() -> None:
 
 
 # ------------------------------------------------------------------------------------------- toys
-def _prompt(key: str, lo: tuple[bool, ...], corr: float = 0.999) -> fam_toys.PromptToy:
+def _prompt(key: str, lo: tuple[bool, ...], corr: float = 0.999) -> exp_toys.PromptToy:
     runs = tuple(
-        fam_toys.PromptRun(y0=y, final_token=0, corr=corr, direction=np.array([[0.0, 1.0], [1.0, 0.0]]))
+        exp_toys.PromptRun(y0=y, final_token=0, corr=corr, direction=np.array([[0.0, 1.0], [1.0, 0.0]]))
         for y in (1.0, -1.0)
     )
-    return fam_toys.PromptToy(key=key, runs=runs, p_mm=tuple(np.eye(3)), locally_optimal=lo)
+    return exp_toys.PromptToy(key=key, runs=runs, p_mm=tuple(np.eye(3)), locally_optimal=lo)
 
 
-def _toys(*, lo9, lo0, corr=0.999, g_corr=0.999, joint=(0.999, 0.999), own_final=0.1) -> fam_toys.ToysResult:
+def _toys(*, lo9, lo0, corr=0.999, g_corr=0.999, joint=(0.999, 0.999), own_final=0.1) -> exp_toys.ToysResult:
     steps = np.array([1, 10])
-    return fam_toys.ToysResult(
+    return exp_toys.ToysResult(
         prompt_steps=10,
         prompt=(_prompt("c=0.9", lo9, corr), _prompt("c=0.0", lo0, corr)),
-        global_toy=fam_toys.GlobalToy(
+        global_toy=exp_toys.GlobalToy(
             steps=steps,
             corr=np.array([0.5, g_corr]),
             final_tokens=np.array([0, 0, 0]),
@@ -361,12 +361,12 @@ def _toys(*, lo9, lo0, corr=0.999, g_corr=0.999, joint=(0.999, 0.999), own_final
             gap=(1e-3, 1e-5),
         ),
         joint=(
-            fam_toys.JointToy(
+            exp_toys.JointToy(
                 key="c=1.0", steps=steps, v_corr=np.array([0.5, joint[0]]), p_corr=np.array([0.5, joint[1]])
             ),
         ),
         lp=(
-            fam_toys.LpRun(
+            exp_toys.LpRun(
                 key="p=2.0",
                 p=2.0,
                 steps=steps,
@@ -382,14 +382,14 @@ def test_toys_checks_pass() -> None:
     """Oracle: token 1 locally optimal only at c = 0; prompt, global and joint correlations 0.999 ≥
     TOY_CORR; the ℓp run ends closest (0.1 < 0.5) to its own ℓ2-SVM → every claim holds."""
     res = _toys(lo9=(True, False, True), lo0=(True, True, False))
-    c = _by_name(fam_toys.check_toys(res, size="tiny"))
+    c = _by_name(exp_toys.check_toys(res, size="tiny"))
     assert all(x.passed for x in c.values()), c
     assert c["prompt-second-token-local-iff-c0"].message == "locally optimal: c=0.9 → False, c=0 → True"
     assert c["prompt-gd-to-p-mm"].message.startswith("worst corr 0.999000; final tokens c=0.9 y₀=1: 0")
     assert c["global-toy-converges"].message == "final corr 0.999000, final tokens [0, 0, 0]"
     assert c["joint-toy-converges"].message == "c=1.0: corr v 0.999000, p 0.999000"
     assert c["mirror-descent-to-own-lp-svm"].message == "1/1 runs"
-    tab = fam_toys.tables_toys(res)
+    tab = exp_toys.tables_toys(res)
     assert tab["lp"] == [
         {"run": "p=2.0", "svm": "p'=1.75", "final_bregman": 0.5},
         {"run": "p=2.0", "svm": "p'=2.0", "final_bregman": 0.1},
@@ -407,7 +407,7 @@ def test_toys_checks_fail() -> None:
         joint=(0.999, 0.9),
         own_final=0.7,
     )
-    c = _by_name(fam_toys.check_toys(res, size="tiny"))
+    c = _by_name(exp_toys.check_toys(res, size="tiny"))
     assert not any(x.passed for x in c.values()), c
     assert c["prompt-second-token-local-iff-c0"].message == "locally optimal: c=0.9 → True, c=0 → True"
     assert c["prompt-gd-to-p-mm"].message.startswith("worst corr 0.900000")
@@ -419,9 +419,9 @@ def test_toys_checks_fail() -> None:
 def test_toys_missing_prompt_toy_fails_the_check() -> None:
     """Oracle: without the c = 0 toy the statement cannot be confirmed (its flag reads None)."""
     res = _toys(lo9=(True, False, True), lo0=(True, True, False))
-    res = fam_toys.ToysResult(
+    res = exp_toys.ToysResult(
         prompt_steps=10, prompt=res.prompt[:1], global_toy=res.global_toy, joint=res.joint, lp=res.lp
     )
-    c = _by_name(fam_toys.check_toys(res, size="tiny"))
+    c = _by_name(exp_toys.check_toys(res, size="tiny"))
     assert not c["prompt-second-token-local-iff-c0"].passed
     assert c["prompt-second-token-local-iff-c0"].message == "locally optimal: c=0.9 → False, c=0 → None"

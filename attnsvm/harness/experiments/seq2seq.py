@@ -1,4 +1,4 @@
-"""``reproduce`` family ``seq2seq``: Every token a query: normalized GD against W_mm(α_final).
+"""``reproduce`` experiment ``seq2seq``: Every token a query: normalized GD against W_mm(α_final).
 
 Normalized GD (lr 0.1, logistic loss, :func:`attnsvm.run_gd`) from ``W = 0`` on sequence-to-sequence
 instances :meth:`attnsvm.Instance.from_sequences` (every position ``k`` of sequence ``i`` is a query
@@ -10,7 +10,7 @@ Att-SVM of :func:`attnsvm.solve_svm` for those tokens); at each recorded step th
 
 This setting is beyond the single-query theorems (Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898;
 for causal next-token prediction: Li, Huang, Ildiz, Rawat, Oymak, "Mechanics of next token prediction with
-self-attention", AISTATS 2024). The family **measures** it and asserts nothing about convergence: each of
+self-attention", AISTATS 2024). The experiment **measures** it and asserts nothing about convergence: each of
 its ``finding`` claims states the single-query theory's prediction for one setting and is reported
 ``holds`` or ``refuted`` with the measured numbers:
 
@@ -19,7 +19,7 @@ its ``finding`` claims states the single-query theory's prediction for one setti
 * ``alpha-final-locally-optimal/<setting>``: α_final is locally optimal (every support token scores below
   the selected one), as the limit of the single-query theorem is.
 * ``gap-falls/<setting>/<n>x<T>x<d>``: the median gap falls ≥ 10× over the last half of the record points
-  (the criterion the ``convergence`` family checks for single-query normalized GD).
+  (the criterion the ``convergence`` experiment checks for single-query normalized GD).
 * ``rate-as-single-query/<setting>/<n>x<T>x<d>`` (full and causal): the median per-run log-log slope of the
   gap against steps is not shallower than the control's by more than :data:`RATE_Z` standard errors.
 
@@ -28,7 +28,7 @@ the theory: ``svm-certified`` (every Att-SVM(α_final) that is feasible is solve
 ``causal-tokens-allowed`` (a causal query never selects a later, masked, token).
 
 Structure: :func:`compute_seq2seq` → :class:`Seq2SeqResult` → :func:`check_seq2seq`,
-:func:`figures_seq2seq`, :func:`tables_seq2seq`, :func:`numbers_seq2seq` → :func:`seq2seq_family`.
+:func:`figures_seq2seq`, :func:`tables_seq2seq`, :func:`numbers_seq2seq` → :func:`seq2seq_experiment`.
 """
 
 from __future__ import annotations
@@ -40,17 +40,9 @@ from typing import Any
 import numpy as np
 
 from ...model._instance import Instance
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
-from ._common import FloatArray, Int64Array, _fmt, _quantiles, check_severity, family_result
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
+from ._common import FloatArray, Int64Array, _fmt, _quantiles, check_severity, experiment_result
 
 __all__ = [
     "SEQ2SEQ_SIZES",
@@ -72,7 +64,7 @@ __all__ = [
     "tables_seq2seq",
     "numbers_seq2seq",
     "figures_seq2seq",
-    "seq2seq_family",
+    "seq2seq_experiment",
 ]
 
 
@@ -99,7 +91,7 @@ SEQ2SEQ_SIZES: dict[str, dict[str, Any]] = {
     },
 }
 
-#: Normalized GD's step size (the published one, as the ``convergence`` family's).
+#: Normalized GD's step size (the published one, as the ``convergence`` experiment's).
 SEQ2SEQ_LR = 0.1
 
 #: The loss of every run.
@@ -109,11 +101,11 @@ SEQ2SEQ_LOSS = "logistic"
 #: token a query over its whole sequence, and every token a query over ``t ≤ k``.
 SEQ2SEQ_SETTINGS = ("single", "full", "causal")
 
-#: The rates are fitted on the last half of the record points (as the ``convergence`` family's).
+#: The rates are fitted on the last half of the record points (as the ``convergence`` experiment's).
 RATE_FIT_FRACTION = 0.5
 
 #: ``gap-falls``: the median gap must fall at least this many times over the fitted half, the criterion
-#: the ``convergence`` family checks for single-query normalized GD (with log-spaced marks the fitted
+#: the ``convergence`` experiment checks for single-query normalized GD (with log-spaced marks the fitted
 #: half spans ≥ 10× in steps, and the single-query gap falls about as fast as ``1/t``).
 GAP_SHRINK = 10.0
 
@@ -629,8 +621,8 @@ def figures_seq2seq(result: Seq2SeqResult) -> list[Figure]:
     ]
 
 
-# =============================================================== the family
-@register_family(
+# =============================================================== the experiment
+@register_experiment(
     "seq2seq",
     "Every token a query: GD against W_mm(α_final)",
     "Normalized GD (lr 0.1, logistic loss) from W = 0 on sequence-to-sequence instances (every position k "
@@ -643,10 +635,12 @@ def figures_seq2seq(result: Seq2SeqResult) -> list[Figure]:
     "say where it is refuted. The log-log rates are fitted on the last half of the record points.",
     order=85,
 )
-def seq2seq_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def seq2seq_experiment(
+    size: str, seed: int, jobs: int, device: str, progress: ProgressFn
+) -> ExperimentResult:
     """Normalized GD on sequence-to-sequence instances against ``W_mm(α_final)`` (serial, CPU: ``run_gd``)."""
     result = compute_seq2seq(size, seed, progress=progress)
-    return family_result(
+    return experiment_result(
         "seq2seq",
         config={
             **SEQ2SEQ_SIZES[size],

@@ -1,22 +1,22 @@
-"""The ``reproduce`` family ``seq2seq`` (issue 15 §2): every token a query, normalized GD against
+"""The ``reproduce`` experiment ``seq2seq`` (issue 15 §2): every token a query, normalized GD against
 ``W_mm(α_final)``.
 
 Oracles:
 
-* **hand-built typed results** (as ``tests/test_family_checks_f*.py``): runs and rates built by hand, read
+* **hand-built typed results** (as ``tests/test_experiment_checks_f*.py``): runs and rates built by hand, read
   against the criterion each claim's statement gives; each test also asserts that the message reports the
   numbers it was given. The per-(setting, shape) summary is checked on gaps that follow exact power laws
   (slope known in closed form) and on hand-counted token choices.
-* **the Att-SVM's KKT conditions, from the raw data**: for every run of the tiny family, the constraints
+* **the Att-SVM's KKT conditions, from the raw data**: for every run of the tiny experiment, the constraints
   ``(x_iα_ik − x_it)ᵀ W x_ik ≥ 1`` (allowed ``t ≠ α_ik``; ``t ≤ k`` when causal; the control: query
   ``x_i0``) are built by explicit loops over the data of :func:`seq2seq_data` (not with ``svm_rows`` or the
-  instance); the family's ``W_mm(α_final)`` must meet them with equality on a support whose non-negative
+  instance); the experiment's ``W_mm(α_final)`` must meet them with equality on a support whose non-negative
   multipliers (``scipy.optimize.nnls``) give back ``W_mm`` — the KKT conditions of the convex program, which
   are sufficient for optimality. ``α_final`` itself is checked against a direct argmax of the logits, and
   the final gap against ``1 − cos`` in 50-digit mpmath.
 * **local optimality from the definition**: support rows (margin 1 under the verified ``W_mm``) and scores
-  ``γ_ikt = Y_ik vᵀx_it`` by loops; the family's ``locally_optimal`` flag must agree, on runs where it holds
-  and on runs where it is refuted.
+  ``γ_ikt = Y_ik vᵀx_it`` by loops; the experiment's ``locally_optimal`` flag must agree, on runs where it
+  holds and on runs where it is refuted.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ import numpy as np
 import pytest
 from scipy.optimize import nnls
 
-from attnsvm.harness.experiments import FAMILY_REGISTRY, ExperimentClaim
-from attnsvm.harness.families import seq2seq as S
+from attnsvm.harness.experiments import seq2seq as S
+from attnsvm.harness.results import ExperimentClaim
+from attnsvm.harness.runner import EXPERIMENT_REGISTRY
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -254,20 +255,20 @@ def test_own_position_share_and_chance() -> None:
     assert math.isnan(_run("single", [0.1] * 5).own_share)
 
 
-# ============================================================ the tiny family, end to end
+# ============================================================ the tiny experiment, end to end
 @pytest.fixture(scope="module")
 def tiny() -> tuple[Any, S.Seq2SeqResult, list[tuple[int, int]]]:
     calls: list[tuple[int, int]] = []
-    res = S.seq2seq_family("tiny", 0, 1, "cpu", lambda done, total: calls.append((done, total)))
+    res = S.seq2seq_experiment("tiny", 0, 1, "cpu", lambda done, total: calls.append((done, total)))
     return res, S.compute_seq2seq("tiny", 0), calls
 
 
-def test_tiny_family_runs_with_claims_figures_and_tables(tiny: Any) -> None:
+def test_tiny_experiment_runs_with_claims_figures_and_tables(tiny: Any) -> None:
     """Registered; every run present (settings × shapes × seeds, progress to the total); every claim of the
     statement list present, the two checks passing; the figure has two panels (not causal, causal) whose
     series hold one finite positive median per recorded step; the tables have a row per run/rate."""
     res, result, calls = tiny
-    assert "seq2seq" in FAMILY_REGISTRY and res.name == "seq2seq"
+    assert "seq2seq" in EXPERIMENT_REGISTRY and res.name == "seq2seq"
     cfg = S.SEQ2SEQ_SIZES["tiny"]
     total = len(S.SEQ2SEQ_SETTINGS) * len(cfg["shapes"]) * cfg["seeds"]
     assert calls[-1] == (total, total) and len(result.runs) == total
@@ -287,7 +288,7 @@ def test_tiny_family_runs_with_claims_figures_and_tables(tiny: Any) -> None:
             assert list(s.x) == list(cfg["marks"])
             assert all(math.isfinite(y) and y > 0 for y in s.y), s.label
     assert res.numbers["runs"] == total
-    # the typed result the other tests verify is the one the family reports (deterministic in the seed)
+    # the typed result the other tests verify is the one the experiment reports (deterministic in the seed)
     assert [row["final_gap"] for row in res.tables["runs"]] == [float(r.gaps[-1]) for r in result.runs]
 
 
@@ -374,9 +375,9 @@ def test_tiny_w_mm_is_the_att_svm_solution_from_the_raw_data(tiny: Any) -> None:
 
 @pytest.mark.parametrize(("setting", "seed"), [("causal", 1009), ("full", 1003)])
 def test_refuted_local_optimality_agrees_with_the_definition(setting: str, seed: int) -> None:
-    """Two runs of the small size (shape 4x6x4, the shape where the family reports α_final not locally
-    optimal): the family's flag is False, its ``W_mm`` passes the raw-data KKT check, and by the definition
-    some support token scores clearly (≫ a tie) above the selected one."""
+    """Two runs of the small size (shape 4x6x4, the shape where the experiment reports α_final not
+    locally optimal): the experiment's flag is False, its ``W_mm`` passes the raw-data KKT check, and by
+    the definition some support token scores clearly (≫ a tie) above the selected one."""
     marks = list(S.SEQ2SEQ_SIZES["small"]["marks"])
     run = S._one_run(setting, (4, 6, 4), seed, marks)
     assert run.feasible and not run.locally_optimal

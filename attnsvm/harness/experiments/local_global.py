@@ -1,4 +1,4 @@
-"""``reproduce`` family ``local_global``: Local vs global token selection.
+"""``reproduce`` experiment ``local_global``: Local vs global token selection.
 
 Normalized GD (lr 0.1, logistic loss, from ``W = 0``) on random unit-norm instances of growing dimension
 ``d``; for each run, whether the final selected tokens ``α_final = argmax_t s_it`` are the globally optimal
@@ -15,7 +15,7 @@ at the largest ``d`` is at least the share at the smallest). References: Tarzana
 Oymak, arXiv 2308.16898 (local optimality, overparameterisation).
 
 Structure: :func:`compute_local_global` → :class:`LocalGlobalResult` → :func:`check_local_global`,
-:func:`figures_local_global`, :func:`tables_local_global` → :func:`local_global_family`.
+:func:`figures_local_global`, :func:`tables_local_global` → :func:`local_global_experiment`.
 """
 
 from __future__ import annotations
@@ -28,17 +28,9 @@ from typing import Any
 import numpy as np
 
 from ...model._instance import Instance, random_instance
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
-from ._common import FloatArray, Int64Array, _fmt, family_result, segmented_batch, tokens_text
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
+from ._common import FloatArray, Int64Array, _fmt, experiment_result, segmented_batch, tokens_text
 
 __all__ = [
     "LOCAL_GLOBAL_SIZES",
@@ -58,12 +50,12 @@ __all__ = [
     "tables_local_global",
     "numbers_local_global",
     "figures_local_global",
-    "local_global_family",
+    "local_global_experiment",
 ]
 
 
 # ============================================================== sizes and constants
-#: Per size: ``n``, ``T``, the dimensions ``ds``, runs per ``d``, normalized-GD steps and the data family.
+#: Per size: ``n``, ``T``, the dimensions ``ds``, runs per ``d``, normalized-GD steps and the instance family.
 LOCAL_GLOBAL_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"n": 3, "T": 4, "ds": [2, 4], "runs": 6, "steps": 200, "family": "unit"},
     "small": {"n": 6, "T": 8, "ds": [2, 4, 6, 8, 10, 16], "runs": 64, "steps": 1000, "family": "unit"},
@@ -214,7 +206,7 @@ def _confirm_counterexamples(cands: Sequence[CandidateRun], steps: int, *, devic
 
     insts = [Instance(pad(c.inst.X, 2), c.inst.Y, pad(c.inst.v, 0), pad(c.inst.z, 1)) for c in todo]
     W0 = np.stack([pad(pad(c.W, 0), 1) for c in todo])
-    # one segment: the run_gd_batch call of the family's runs (chunked on Dask when the batch is large)
+    # one segment: the run_gd_batch call of the experiment's runs (chunked on Dask when the batch is large)
     ((_, W_end, tok_end),) = segmented_batch(insts, [more], LOCAL_GLOBAL_LR, True, "logistic", device, W0=W0)
     for i, W, tokens in zip(idx, W_end, tok_end, strict=True):
         growth = float(np.linalg.norm(W) - np.linalg.norm(cands[i].W))
@@ -508,8 +500,8 @@ def figures_local_global(result: LocalGlobalResult) -> list[Figure]:
     ]
 
 
-# ============================================================== the family
-@register_family(
+# ============================================================== the experiment
+@register_experiment(
     "local_global",
     "Local vs global token selection",
     "Normalized GD (lr 0.1, logistic loss, from W = 0) on random unit-norm instances of growing "
@@ -524,10 +516,12 @@ def figures_local_global(result: LocalGlobalResult) -> list[Figure]:
     "as a counterexample (finite-horizon artefacts change their tokens when continued).",
     order=30,
 )
-def local_global_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def local_global_experiment(
+    size: str, seed: int, jobs: int, device: str, progress: ProgressFn
+) -> ExperimentResult:
     """Share of global and of locally optimal final token choices against ``d``."""
     result = compute_local_global(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "local_global",
         config=dict(LOCAL_GLOBAL_SIZES[size]),
         tables=tables_local_global(result),

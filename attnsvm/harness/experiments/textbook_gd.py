@@ -1,4 +1,4 @@
-"""``reproduce`` family ``textbook_gd``: Normalized GD: stable gradient against the textbook formula.
+"""``reproduce`` experiment ``textbook_gd``: Normalized GD: stable gradient against the textbook formula.
 
 Normalized GD (lr 0.1, logistic loss, from ``W = 0``) on Gaussian 4×6×8 instances, once with the
 package's log-domain direction and once with the textbook gradient ``vᵀx_it − f_i`` divided by its norm;
@@ -10,7 +10,7 @@ falls over the last three records) and finding ``textbook-loses-direction`` (the
 further from Att-SVM, or stopped on underflow). References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
 
 Structure: :func:`compute_textbook_gd` → :class:`TextbookGDResult` → :func:`check_textbook_gd`,
-:func:`figures_textbook_gd`, :func:`tables_textbook_gd` → :func:`textbook_gd_family`.
+:func:`figures_textbook_gd`, :func:`tables_textbook_gd` → :func:`textbook_gd_experiment`.
 """
 
 from __future__ import annotations
@@ -23,17 +23,9 @@ import numpy as np
 
 from ...model._grad import risk_grad_textbook
 from ...model._instance import Instance, random_instance
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
-from ._common import FloatArray, Int64Array, _fmt, _quantiles, _SVMCache, check_severity, family_result
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
+from ._common import FloatArray, Int64Array, _fmt, _quantiles, _SVMCache, check_severity, experiment_result
 
 __all__ = [
     "TEXTBOOK_GD_SIZES",
@@ -46,7 +38,7 @@ __all__ = [
     "tables_textbook_gd",
     "numbers_textbook_gd",
     "figures_textbook_gd",
-    "textbook_gd_family",
+    "textbook_gd_experiment",
 ]
 
 
@@ -276,8 +268,8 @@ def figures_textbook_gd(result: TextbookGDResult) -> list[Figure]:
     ]
 
 
-# ================================================================ the family
-@register_family(
+# ================================================================ the experiment
+@register_experiment(
     "textbook_gd",
     "Normalized GD: stable gradient against the textbook formula",
     "Normalized GD (lr 0.1, logistic loss, from W = 0) on Gaussian 4×6×8 instances, once with the "
@@ -286,10 +278,12 @@ def figures_textbook_gd(result: TextbookGDResult) -> list[Figure]:
     "gradient underflows to 0 (its direction is then 0/0).",
     order=15,
 )
-def textbook_gd_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def textbook_gd_experiment(
+    size: str, seed: int, jobs: int, device: str, progress: ProgressFn
+) -> ExperimentResult:
     """Direction gap of normalized GD with the stable and with the textbook gradient."""
     result = compute_textbook_gd(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "textbook_gd",
         config=dict(TEXTBOOK_GD_SIZES[size]),
         tables=tables_textbook_gd(result),

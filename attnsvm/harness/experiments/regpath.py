@@ -1,4 +1,4 @@
-"""``reproduce`` family ``regpath``: Regularization path against GD.
+"""``reproduce`` experiment ``regpath``: Regularization path against GD.
 
 Stationary points ``W_R`` of ``min L(W) s.t. ||W||_F ≤ R`` (warm-started projected normalized GD,
 logistic loss) against normalized GD (lr 0.1) on unit-norm instances: at each radius ``R`` the gap
@@ -12,7 +12,7 @@ tokens at the largest radius on every seed). Reference: Tarzanagh, Li, Thrampoul
 2308.16898 (regularization path and GD).
 
 Structure: :func:`compute_regpath` → :class:`RegpathResult` → :func:`check_regpath`,
-:func:`figures_regpath`, :func:`tables_regpath` → :func:`regpath_family`.
+:func:`figures_regpath`, :func:`tables_regpath` → :func:`regpath_experiment`.
 """
 
 from __future__ import annotations
@@ -23,16 +23,8 @@ from typing import Any
 import numpy as np
 
 from ...model._instance import Instance, random_instance
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
 from ._common import (
     FloatArray,
     Int64Array,
@@ -40,7 +32,7 @@ from ._common import (
     _quantiles,
     _SVMCache,
     check_severity,
-    family_result,
+    experiment_result,
     tokens_text,
 )
 
@@ -54,7 +46,7 @@ __all__ = [
     "tables_regpath",
     "numbers_regpath",
     "figures_regpath",
-    "regpath_family",
+    "regpath_experiment",
 ]
 
 
@@ -301,8 +293,8 @@ def figures_regpath(result: RegpathResult) -> list[Figure]:
     ]
 
 
-# ================================================================ the family
-@register_family(
+# ================================================================ the experiment
+@register_experiment(
     "regpath",
     "Regularization path against GD",
     "Stationary points W_R of min L(W) s.t. ||W||_F ≤ R (warm-started projected normalized GD, "
@@ -311,10 +303,12 @@ def figures_regpath(result: RegpathResult) -> list[Figure]:
     "stationary points (its KKT residual is tabulated).",
     order=40,
 )
-def regpath_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def regpath_experiment(
+    size: str, seed: int, jobs: int, device: str, progress: ProgressFn
+) -> ExperimentResult:
     """Regularization path and GD: direction gaps at equal ``||W||``."""
     result = compute_regpath(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "regpath",
         config=dict(REGPATH_SIZES[size]),
         tables=tables_regpath(result),

@@ -1,4 +1,4 @@
-"""``reproduce`` family ``saturation``: Gradient accuracy at saturation.
+"""``reproduce`` experiment ``saturation``: Gradient accuracy at saturation.
 
 Measures, along rays ``W = r·U`` (``||U||_F = 1``) from moderate to fully saturated softmax, the
 max-entry error of the closed-form (cancellation-free) logistic-risk gradient, of the log-domain
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..._deps import require
 
-require("mpmath", feature="the saturation family")  # pragma: no mutate
+require("mpmath", feature="the saturation experiment")  # pragma: no mutate
 
 import math
 from dataclasses import dataclass
@@ -28,17 +28,9 @@ import numpy as np
 from ...model._attention import log_softmax
 from ...model._grad import normalized_risk_grad, risk_grad, risk_grad_textbook
 from ...model._instance import Instance, random_instance
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
-from ._common import EPS, FloatArray, _fmt, _quantiles, family_result
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
+from ._common import EPS, FloatArray, _fmt, _quantiles, experiment_result
 
 __all__ = [
     "SATURATION_SIZES",
@@ -51,7 +43,7 @@ __all__ = [
     "tables_saturation",
     "numbers_saturation",
     "figures_saturation",
-    "saturation_family",
+    "saturation_experiment",
 ]
 
 
@@ -384,8 +376,8 @@ def figures_saturation(result: SaturationResult) -> list[Figure]:
     ]
 
 
-# ================================================================ the family
-@register_family(
+# ================================================================ the experiment
+@register_experiment(
     "saturation",
     "Gradient accuracy at saturation",
     "The closed-form risk gradient (cancellation-free) and the log-domain normalized direction "
@@ -394,10 +386,12 @@ def figures_saturation(result: SaturationResult) -> list[Figure]:
     "Logistic loss.",
     order=10,
 )
-def saturation_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def saturation_experiment(
+    size: str, seed: int, jobs: int, device: str, progress: ProgressFn
+) -> ExperimentResult:
     """Gradient accuracy of the stable and textbook formulas against ``||W||``."""
     result = compute_saturation(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "saturation",
         config=dict(SATURATION_SIZES[size]),
         tables=tables_saturation(result),

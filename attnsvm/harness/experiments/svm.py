@@ -1,4 +1,4 @@
-"""``reproduce`` family ``svm``: Att-SVM solvers: accuracy and time.
+"""``reproduce`` experiment ``svm``: Att-SVM solvers: accuracy and time.
 
 Att-SVM(opt) on Gaussian cross-attention instances of growing ``d``, solved by each method of
 :func:`attnsvm.svm.solve_svm`: the cvxpy matrix program (``primal``), the tensor-trick vector
@@ -7,14 +7,14 @@ the nuclear-norm program (``nuc``). Accuracy: relative KKT residuals and the dis
 certified ``W``; time per repeat call (each method's first call reported apart).
 
 Claims (checks): ``methods-agree`` (primal, vector and dual give the same W to
-:data:`~attnsvm.harness.families._common.SVM_AGREE_RTOL`), ``certified`` (every Frobenius solution is
+:data:`~attnsvm.harness.experiments._common.SVM_AGREE_RTOL`), ``certified`` (every Frobenius solution is
 certified), ``nuclear-feasible`` and ``nuclear-vs-frobenius`` (the nuclear solution is feasible and the
 two norms order as each solution's feasibility for the other problem implies).
 
 Reference: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (Att-SVM).
 
 Structure: :func:`compute_svm` → :class:`SvmResult` → :func:`check_svm`, :func:`figures_svm`,
-:func:`tables_svm`, :func:`numbers_svm` → :func:`svm_family`.
+:func:`tables_svm`, :func:`numbers_svm` → :func:`svm_experiment`.
 """
 
 from __future__ import annotations
@@ -27,17 +27,9 @@ from typing import Any
 import numpy as np
 
 from ...model._instance import Instance, random_instance
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
-from ._common import SVM_AGREE_RTOL, _fmt, family_result
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
+from ._common import SVM_AGREE_RTOL, _fmt, experiment_result
 
 __all__ = [
     "SVM_SIZES",
@@ -50,7 +42,7 @@ __all__ = [
     "figures_svm",
     "tables_svm",
     "numbers_svm",
-    "svm_family",
+    "svm_experiment",
 ]
 
 
@@ -434,8 +426,8 @@ def figures_svm(result: SvmResult) -> list[Figure]:
     ]
 
 
-# ================================================================= the family
-@register_family(
+# ================================================================= the experiment
+@register_experiment(
     "svm",
     "Att-SVM solvers: accuracy and time",
     "Att-SVM(opt) on Gaussian cross-attention instances (n=6, T=8) of growing d, solved by each "
@@ -444,10 +436,10 @@ def figures_svm(result: SvmResult) -> list[Figure]:
     "program (nuc). Accuracy: relative KKT residuals and the distance to the dual's certified W.",
     order=50,
 )
-def svm_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def svm_experiment(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> ExperimentResult:
     """Solver accuracy (KKT residuals) and time against ``d``, per method."""
     result = compute_svm(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "svm",
         config=dict(SVM_SIZES[size]),
         tables=tables_svm(result),

@@ -1,4 +1,4 @@
-"""``reproduce`` family ``multitoken``: Multi-token selection with a nonlinear head.
+"""``reproduce`` experiment ``multitoken``: Multi-token selection with a nonlinear head.
 
 Plain GD (lr 2, logistic loss) on ``out_i = 1ᵀReLU(Vᵀ X_iᵀ s_i)`` with a random head ``V``; the selected
 sets ``O_i = {t : s_it ≥ 1e-3}`` of the final iterate, and how well the theory's prediction
@@ -11,7 +11,7 @@ the certified solver's accuracy) and ``prediction-beats-single-token`` (finding)
 Reference: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (multi-token selection).
 
 Structure: :func:`compute_multitoken` → :class:`MultitokenResult` → :func:`check_multitoken`,
-:func:`figures_multitoken`, :func:`tables_multitoken` → :func:`multitoken_family`.
+:func:`figures_multitoken`, :func:`tables_multitoken` → :func:`multitoken_experiment`.
 """
 
 from __future__ import annotations
@@ -23,17 +23,9 @@ from typing import Any
 import numpy as np
 
 from ...model._instance import random_instance
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
-from ._common import SVM_AGREE_RTOL, family_result
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
+from ._common import SVM_AGREE_RTOL, experiment_result
 
 __all__ = [
     "MULTITOKEN_SIZES",
@@ -46,7 +38,7 @@ __all__ = [
     "figures_multitoken",
     "tables_multitoken",
     "numbers_multitoken",
-    "multitoken_family",
+    "multitoken_experiment",
 ]
 
 
@@ -305,8 +297,8 @@ def figures_multitoken(result: MultitokenResult) -> list[Figure]:
     ]
 
 
-# ================================================================== the family
-@register_family(
+# ================================================================== the experiment
+@register_experiment(
     "multitoken",
     "Multi-token selection with a nonlinear head",
     "Plain GD (lr 2, logistic loss) on out_i = 1ᵀReLU(Vᵀ X_iᵀ s_i) with a random head V ∈ ℝ^{d×d}, "
@@ -315,10 +307,12 @@ def figures_multitoken(result: MultitokenResult) -> list[Figure]:
     "R'·W_mm(argmax s) (relative distance ||W_gd − prediction||/||W_gd||, best scale).",
     order=80,
 )
-def multitoken_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def multitoken_experiment(
+    size: str, seed: int, jobs: int, device: str, progress: ProgressFn
+) -> ExperimentResult:
     """Selected sets and the ``W_fin + R·W_dir`` prediction against ``d``."""
     result = compute_multitoken(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "multitoken",
         config=dict(MULTITOKEN_SIZES[size]),
         tables=tables_multitoken(result),

@@ -1,4 +1,4 @@
-"""``reproduce`` family: torch autograd through ``scaled_dot_product_attention`` at saturation.
+"""``reproduce`` experiment: torch autograd through ``scaled_dot_product_attention`` at saturation.
 
 Along rays ``W = c·W0`` (``||W0||_F = 1``) the runner-up softmax weight ``r = max_i s_i(2)`` falls
 from ~1e-3 to ~1e-200 (``c`` found by bisection on ``log r``, which decreases in ``c`` once the top
@@ -21,7 +21,7 @@ Claims: ``attnsvm-within-differential-bound`` (check); the findings ``attnsvm-wi
 Structure: :func:`compute_autograd_saturation` → :class:`AutogradResult` (its
 :class:`AutogradSummary` by :func:`summarise_autograd`) → :func:`check_autograd_saturation`,
 :func:`figures_autograd_saturation`, :func:`tables_autograd_saturation` →
-:func:`autograd_saturation_family`.
+:func:`autograd_saturation_experiment`.
 
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (the gradient); Blanchard,
 Higham, Higham, IMA J. Numer. Anal. 41 (2021) (softmax rounding).
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from ..._deps import require
 
-require("mpmath", feature="the autograd-saturation family")  # pragma: no mutate
+require("mpmath", feature="the autograd-saturation experiment")  # pragma: no mutate
 
 import math
 from dataclasses import dataclass
@@ -43,17 +43,9 @@ import numpy as np
 from ...model._grad import normalized_risk_grad
 from ...model._instance import Instance, random_instance, require_unmasked
 from ...testing.differential import compare_gradient, runner_up_log10
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
-from ._common import EPS, FloatArray, family_result
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
+from ._common import EPS, FloatArray, experiment_result
 
 __all__ = [
     "AUTOGRAD_SIZES",
@@ -69,7 +61,7 @@ __all__ = [
     "figures_autograd_saturation",
     "tables_autograd_saturation",
     "numbers_autograd_saturation",
-    "autograd_saturation_family",
+    "autograd_saturation_experiment",
     "sdpa_autograd_gradient",
     "mp_direction",
 ]
@@ -465,8 +457,8 @@ def figures_autograd_saturation(result: AutogradResult) -> list[Figure]:
     ]
 
 
-# ----------------------------------------------------------------------------- the family
-@register_family(
+# ----------------------------------------------------------------------------- the experiment
+@register_experiment(
     "autograd_saturation",
     "torch autograd through SDPA at saturation",
     "The logistic-risk gradient direction by torch autograd through "
@@ -477,12 +469,12 @@ def figures_autograd_saturation(result: AutogradResult) -> list[Figure]:
     requires=("torch",),
     order=95,
 )
-def autograd_saturation_family(
+def autograd_saturation_experiment(
     size: str, seed: int, jobs: int, device: str, progress: ProgressFn
-) -> FamilyResult:
+) -> ExperimentResult:
     """Direction error of torch autograd and of attnsvm against the runner-up weight."""
     result = compute_autograd_saturation(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "autograd_saturation",
         config=dict(AUTOGRAD_SIZES[size]),
         tables=tables_autograd_saturation(result),

@@ -1,4 +1,4 @@
-"""``reproduce`` family ``convergence``: Convergence in direction to Att-SVM.
+"""``reproduce`` experiment ``convergence``: Convergence in direction to Att-SVM.
 
 Normalized GD (lr 0.1) and plain GD (lr 1), for each loss, on unit-norm instances; at each recorded step
 the gap ``1 − corr(W(t), W_mm(α(t)))`` (computed as ``½||Ŵ − Ŵ_mm||²``, no cancellation) between the
@@ -13,7 +13,7 @@ References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596; Tarzanagh, Li, Thramp
 arXiv 2308.16898 (rates).
 
 Structure: :func:`compute_convergence` → :class:`ConvergenceResult` → :func:`check_convergence`,
-:func:`figures_convergence`, :func:`tables_convergence` → :func:`convergence_family`.
+:func:`figures_convergence`, :func:`tables_convergence` → :func:`convergence_experiment`.
 """
 
 from __future__ import annotations
@@ -26,16 +26,8 @@ from typing import Any
 import numpy as np
 
 from ...model._instance import Instance, random_instance
-from ..experiments import (
-    ExperimentClaim,
-    FamilyResult,
-    Figure,
-    Panel,
-    ProgressFn,
-    Series,
-    no_progress,
-    register_family,
-)
+from ..results import ExperimentClaim, ExperimentResult, Figure, Panel, Series
+from ..runner import ProgressFn, no_progress, register_experiment
 from ._common import (
     FloatArray,
     Int64Array,
@@ -43,7 +35,7 @@ from ._common import (
     _quantiles,
     _SVMCache,
     check_severity,
-    family_result,
+    experiment_result,
     segmented_batch,
     tokens_text,
 )
@@ -61,12 +53,12 @@ __all__ = [
     "tables_convergence",
     "numbers_convergence",
     "figures_convergence",
-    "convergence_family",
+    "convergence_experiment",
 ]
 
 
 # =============================================================== sizes and constants
-#: Per size: the instance shape ``(n, T, d)`` and family, the number of seeds, the recorded steps
+#: Per size: the instance shape ``(n, T, d)`` and instance family, the number of seeds, the recorded steps
 #: ``marks`` and the losses.
 CONVERGENCE_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {
@@ -391,8 +383,8 @@ def figures_convergence(result: ConvergenceResult) -> list[Figure]:
     ]
 
 
-# =============================================================== the family
-@register_family(
+# =============================================================== the experiment
+@register_experiment(
     "convergence",
     "Convergence in direction to Att-SVM",
     "Gap 1 − corr(W(t), W_mm(α(t))) (computed as ½||Ŵ − Ŵ_mm||², no cancellation) between the GD "
@@ -402,10 +394,12 @@ def figures_convergence(result: ConvergenceResult) -> list[Figure]:
     "of the record points.",
     order=20,
 )
-def convergence_family(size: str, seed: int, jobs: int, device: str, progress: ProgressFn) -> FamilyResult:
+def convergence_experiment(
+    size: str, seed: int, jobs: int, device: str, progress: ProgressFn
+) -> ExperimentResult:
     """Direction gap of GD to ``W_mm(α(t))`` against steps and ``||W||``."""
     result = compute_convergence(size, seed, device=device, progress=progress)
-    return family_result(
+    return experiment_result(
         "convergence",
         config={**CONVERGENCE_SIZES[size], "lr": CONVERGENCE_LR},
         tables=tables_convergence(result),
