@@ -1416,3 +1416,69 @@ def test_nnls_iteration_limit_on_the_dual_is_a_solver_error(monkeypatch):
         SolverError, match=r"^NNLS did not converge on the dual \(Maximum number of iterations reached\.\)"
     ):
         min_norm_dual(K @ K.T, b)
+
+
+# ========================= min_norm_dual's error_bound covers rounding-level rows (issue 16, scale contract)
+def _mp_rel_err_vec(w, w_exact):
+    """``||w − w_exact||/||w_exact||`` in mpmath (``w`` a float vector, ``w_exact`` mpf)."""
+    import mpmath as mp
+
+    num = sum((mp.mpf(float(w[k])) - w_exact[k]) ** 2 for k in range(len(w_exact)))
+    return float(mp.sqrt(num) / mp.sqrt(sum(v**2 for v in w_exact)))
+
+
+@pytest.mark.parametrize(
+    ("gap", "e", "first"), [(1e-14, 1e-7, False), (1e-14, 1e-7, True), (1e-15, 10.0**-7.5, False)]
+)
+def test_min_norm_dual_bound_covers_a_row_violated_below_rounding(gap, e, first):
+    """Oracle: the exact optimum in mpmath at 50 digits (:func:`_two_row_optimum`). ``min_norm_dual`` on rows
+    ``(1, 0)`` and ``(c, e)``, ``c = 1 − gap``, ``b = 1``, with the rows as factor: the refinement holds one row
+    tight (one nonzero multiplier, so ``cond(K_S) = 1`` and the bound it reported was ``cond(K_S)·eps``, a few
+    eps) and accepts the other, violated below rounding and amplified by ``1/σ_min ≈ 1/e``: the true error
+    (2.5e-11 to 8e-11) exceeds that old bound by 1e5, and must be within the new one (``solve_svm``'s
+    ``_fro_error_bound``: the smallest correction for rows within rounding of 0), which is above
+    CERTIFY_RTOL, so the answer is not certified."""
+    c = 1.0 - gap
+    Am = np.array([(1.0, 0.0), (c, e)] if first else [(c, e), (1.0, 0.0)])
+    r = min_norm_dual(Am @ Am.T, np.ones(2), factor=Am)
+    err = _mp_rel_err_vec(r.coords, _two_row_optimum(c, e))
+    assert np.count_nonzero(r.multipliers) == 1  # one tight row: cond(K_S) = 1, the old bound ≈ eps
+    assert err > 1e4 * EPS  # the old bound was exceeded by far
+    assert err <= r.error_bound + BOUND_FLOOR
+    assert not r.certified and r.error_bound > CERTIFY_RTOL
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@example(p_gap=-14.0, sign=1.0, p_e=-7.0, first=False, scale=0)
+@example(p_gap=-15.0, sign=1.0, p_e=-7.5, first=True, scale=0)
+@given(
+    p_gap=st.floats(-16.0, -8.0),
+    sign=st.sampled_from([1.0, -1.0]),
+    p_e=st.floats(-8.0, 0.0),
+    first=st.booleans(),
+    scale=st.integers(-400, 400),
+)
+def test_min_norm_dual_two_row_error_bound_is_an_upper_bound(p_gap, sign, p_e, first, scale):
+    """Oracle: the exact optimum in mpmath at 50 digits, moved by the exact scaling (rows ``× 2^scale``:
+    ``w → 2^−scale·w``). As :func:`test_dense_dual_two_row_error_bound_is_an_upper_bound`, through
+    ``min_norm_dual`` with the rows as factor: ``coords`` within ``error_bound`` of the exact answer (certified or
+    not) and ``certified`` iff the bound is ≤ CERTIFY_RTOL (the KKT residuals are at rounding). No discards:
+    every example is feasible (the exact least norm is ≤ √2 over this range)."""
+    c, e = 1.0 - sign * 10.0**p_gap, 10.0**p_e
+    w = [x * 2**-scale for x in _two_row_optimum(c, e)]
+    Am = np.ldexp(np.array([(1.0, 0.0), (c, e)] if first else [(c, e), (1.0, 0.0)]), scale)
+    r = min_norm_dual(Am @ Am.T, np.ones(2), factor=Am)
+    event(f"certified={r.certified}")
+    assert _mp_rel_err_vec(r.coords, w) <= r.error_bound + BOUND_FLOOR
+    assert r.certified == (r.error_bound <= CERTIFY_RTOL)
+
+
+def test_min_norm_dual_equality_rows_do_not_count_as_held_negative_multipliers():
+    """Oracle: hand-solved. Equalities ``w₁ = 1``, ``w₁ + w₂ = −1`` (``w = (1, −2)``, multipliers ``λ = (3, −2)``:
+    ``w = 3·(1, 0) − 2·(1, 1)``). An equality's multiplier has no sign condition, so the negative one is not
+    a held rounding-level multiplier: the bound stays ``cond(K_S)·eps``-sized and the answer is certified."""
+    Am = np.array([[1.0, 0.0], [1.0, 1.0]])
+    r = min_norm_dual(Am @ Am.T, np.array([1.0, -1.0]), equality=[0, 1], factor=Am)
+    np.testing.assert_allclose(r.coords, [1.0, -2.0], rtol=0, atol=EXACT_ATOL)
+    np.testing.assert_allclose(r.multipliers, [3.0, -2.0], rtol=0, atol=EXACT_ATOL)
+    assert r.error_bound < 1e3 * EPS and r.certified

@@ -5,8 +5,9 @@
 least-norm solve on an exact factor of ``K`` and repeats (rows with negative multipliers dropped, violated
 rows added) until ``λ_S ≥ 0`` and every other row has slack, with a Lawson–Hanson NNLS (the dual as a
 least-distance program) as the fallback and starting point. The result carries its KKT residuals and the
-error bound ``cond(K_S)·eps``. Exact power-of-two row equilibration of ``K`` and scaling of ``b`` keep it
-valid for data of any magnitude.
+error bound of :func:`attnsvm.svm.solve_svm` (``cond(K_S)·eps`` plus what the refinement's tolerances leave:
+inequality multipliers held slightly negative, rows violated at rounding level amplified by ``1/σ_min``).
+Exact power-of-two row equilibration of ``K`` and scaling of ``b`` keep it valid for data of any magnitude.
 
 References: Lawson & Hanson, *Solving Least Squares Problems* (1974), ch. 23 (least-distance
 programming through NNLS).
@@ -365,7 +366,11 @@ def min_norm_dual(
 
     Scale: any finite ``K``, ``b``: rows are equilibrated by exact powers of two (``K_rr`` to ``[¼, 1)``) and
     ``b`` rescaled to ``max ∈ [½, 1)``, so ``min_norm_dual(4^j K, 2^jb b)`` is exactly ``2^(jb−j)·w``,
-    ``2^(jb−2j)·λ``. Accuracy ``error_bound`` (certified ≤ 1e-9 relative). Raises ``NumericalError`` iff
+    ``2^(jb−2j)·λ``. Accuracy: relative error of ``w`` ≤ ``error_bound`` to first order, certified or not
+    (certified ≤ 1e-9), ``error_bound = cond(K_S)·eps + (||λ_N||₁ + ||Δ||)/||w||`` on the equilibrated rows:
+    ``λ_N`` the inequality multipliers held slightly negative, ``Δ`` the least-norm correction of rows outside
+    the tight set that are violated or within rounding of 0 (:func:`_fro_error_bound`,
+    the bound :func:`attnsvm.svm.solve_svm` reports; 0 added on generic problems). Raises ``NumericalError`` iff
     ``||w||`` or a non-negligible multiplier (``> MULTIPLIER_RTOL·max``) is not a normal double, or a margin
     overflows (margins are absolute: one below 2.2e-308 is returned as it rounds).
 
@@ -401,14 +406,6 @@ def min_norm_dual(
     if np.max(np.abs(Ks - Ks.T), initial=0.0) > GRAM_RTOL * kmax:
         raise InvalidInstanceError("K must be symmetric (a Gram matrix AAᵀ); K - K.T is not negligible")
     eq = _equality_mask(equality, m)
-    bexp = np.frexp(ba)[1].astype(np.int64) - kr
-    # the scale is set by the rows that can bind away from w = 0 (see _core); a very negative b_r of an
-    # inequality is clamped at −VACUOUS_RHS (it cannot bind), so nothing overflows
-    need = (eq | (ba > 0.0)) & (ba != 0.0)
-    Gb = int(np.max(bexp[need])) if np.any(need) else 0
-    with np.errstate(over="ignore", under="ignore"):
-        bs = np.ldexp(ba, -kr - Gb)  # binding max |b'| ∈ [½, 1); entries 2^-1074 below it flush (negligible)
-    bs = np.where(eq, bs, np.maximum(bs, -VACUOUS_RHS))
     if factor is None:
         L = _factor_from_gram(0.5 * (Ks + Ks.T))
     else:
@@ -421,22 +418,60 @@ def min_norm_dual(
             raise InvalidInstanceError(
                 "factor L does not satisfy L @ L.T == K (to 1e-10 relative to sqrt(K_rr·K_ss))"
             )
-    hint = None
-    if support_hint is not None:
-        raw = np.asarray(support_hint).reshape(-1)
-        if raw.dtype.kind not in "iu" and not (
-            raw.dtype.kind == "f" and np.all(np.isfinite(raw)) and np.all(raw == np.round(raw))
-        ):
-            raise InvalidInstanceError(
-                f"support_hint must hold integer row indices; got {np.asarray(support_hint)!r} "
-                f"(dtype {raw.dtype}). Pass a list of ints; for a boolean mask, np.flatnonzero(mask)."
-            )
-        hint = raw.astype(np.intp)
-        if hint.size and (hint.min() < 0 or hint.max() >= m):
-            raise InvalidInstanceError(f"support_hint indices must lie in [0, {m - 1}]")
+    hint = _support_hint(support_hint, m)
+    sol, _ = _solve_equilibrated(L, ba, eq, hint, kr, diag == 0.0, factor=None if factor is None else Lu)
+    return sol
+
+
+def _support_hint(support_hint: ArrayLike | None, m: int) -> IntArray | None:
+    """The validated ``support_hint`` of :func:`min_norm_dual` as row indices (``None`` stays ``None``)."""
+    if support_hint is None:
+        return None
+    raw = np.asarray(support_hint).reshape(-1)
+    if raw.dtype.kind not in "iu" and not (
+        raw.dtype.kind == "f" and np.all(np.isfinite(raw)) and np.all(raw == np.round(raw))
+    ):
+        raise InvalidInstanceError(
+            f"support_hint must hold integer row indices; got {np.asarray(support_hint)!r} "
+            f"(dtype {raw.dtype}). Pass a list of ints; for a boolean mask, np.flatnonzero(mask)."
+        )
+    hint = raw.astype(np.intp)
+    if hint.size and (hint.min() < 0 or hint.max() >= m):
+        raise InvalidInstanceError(f"support_hint indices must lie in [0, {m - 1}]")
+    return hint
+
+
+def _solve_equilibrated(
+    L: FloatArray,
+    ba: FloatArray,
+    eq: NDArray[np.bool_],
+    hint: IntArray | None,
+    kr: NDArray[np.int64],
+    zero: NDArray[np.bool_],
+    *,
+    factor: FloatArray | None,
+    posed: NDArray[np.int64] | None = None,
+) -> tuple[MinNormSolution, int]:
+    """``min ½||w||² s.t. a_rᵀw ≥ b_r`` (``=`` on ``eq``) with ``a_r = 2^{kr_r}·L_r`` (``L``'s rows equilibrated).
+
+    ``ba`` is ``b`` as given; ``zero`` marks the rows with ``a_r = 0``. The right-hand sides are scaled by
+    ``2^{−kr_r−Gb}`` (binding ``max|b'| ∈ [½, 1)``), solved by :func:`_core`, and the result put back by
+    :func:`_min_norm_solution`: at the caller's scale (range-checked), or with ``posed`` (row exponents
+    ``R``, ``kr − R`` the equilibration of the mantissa rows) at the posed scale of :func:`_min_norm_rows`.
+    Returns the solution and ``Gb``.
+    """
+    m = ba.size
+    bexp = np.frexp(ba)[1].astype(np.int64) - kr
+    # the scale is set by the rows that can bind away from w = 0 (see _core); a very negative b_r of an
+    # inequality is clamped at −VACUOUS_RHS (it cannot bind), so nothing overflows
+    need = (eq | (ba > 0.0)) & (ba != 0.0)
+    Gb = int(np.max(bexp[need])) if np.any(need) else 0
+    with np.errstate(over="ignore", under="ignore"):
+        bs = np.ldexp(ba, -kr - Gb)  # binding max |b'| ∈ [½, 1); entries 2^-1074 below it flush (negligible)
+    bs = np.where(eq, bs, np.maximum(bs, -VACUOUS_RHS))
     # A zero row (K_rr = 0) asking for a nonzero right-hand side: reported with b as given (the scaled
     # problem would quote b'_r).
-    bad = (diag == 0.0) & np.where(eq, ba != 0.0, ba > 0.0)
+    bad = zero & np.where(eq, ba != 0.0, ba > 0.0)
     if np.any(bad):
         r = int(np.flatnonzero(bad)[0])
         cert = np.zeros(m)
@@ -454,7 +489,10 @@ def min_norm_dual(
     except InfeasibleMinNormError as err:
         rows = err.rows.tolist()
         # back to the rows as given: weights c_r·2^{−k_r} (normalised to max 1), bound 2^Gb·bound
-        cw = err.certificate * np.ldexp(1.0, -(kr - int(np.min(kr[err.rows])) if err.rows.size else -kr))
+        # (rows outside the certificate weigh 0: their 2^{−k_r} may leave the range when rows are far apart)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            shift = kr - int(np.min(kr[err.rows])) if err.rows.size else kr
+            cw = np.where(err.certificate != 0.0, err.certificate * np.ldexp(1.0, -shift), 0.0)
         cert = cw / float(np.max(np.abs(cw))) if np.any(cw != 0) else cw
         with np.errstate(over="ignore"):
             bound = float(np.ldexp(err.norm_bound, Gb))
@@ -465,7 +503,105 @@ def min_norm_dual(
             cert,
             bound,
         ) from None
-    return _min_norm_solution(L, bs, eq, core, kr=kr, Gb=Gb, factor=None if factor is None else Lu)
+    if posed is None:
+        return _min_norm_solution(L, bs, eq, core, kr=kr, Gb=Gb, factor=factor), Gb
+    return _min_norm_solution(L, bs, eq, core, kr=kr - posed, Gb=0, factor=factor, weight_exp=kr), Gb
+
+
+def _min_norm_rows(
+    rows: FloatArray, R: NDArray[np.int64], b: FloatArray, equality: ArrayLike | None = None
+) -> tuple[MinNormSolution, int]:
+    """``min ½||w||² s.t. (2^{R_r}·rows_r)ᵀw ≥ b_r`` (``=`` on ``equality``), rows given as mantissas ``rows``
+    with one binary exponent ``R_r`` each: what :func:`min_norm_dual` does with ``K = AAᵀ`` and ``factor = A``,
+    ``A_r = 2^{R_r}·rows_r``, without forming ``A`` or ``K`` (rows any number of binades apart; their squares
+    would leave float64's range).
+
+    ``K' = rows·rowsᵀ`` has its diagonal in ``[¼, k)`` when each row's largest entry is in ``[½, 1)``, so
+    its exact equilibration exponents ``k'_r`` are small; those of ``A`` are ``k_r = k'_r + R_r`` and the rest
+    is :func:`min_norm_dual`'s (bitwise the same steps as ``min_norm_dual(K', b, factor=rows)`` on a shared
+    mantissa). Returns ``(sol, G)`` with ``sol`` at the *posed* scale and not range-checked (the caller puts
+    it back): ``w = 2^G·sol.coords``, ``||w|| = 2^G·sol.norm``, ``λ_r = 2^{G−R_r}·sol.multipliers_r``,
+    ``a_rᵀw = 2^{R_r+G}·sol.margins_r``, ``sol.factor = rows``. The support, weakly active rows, KKT residuals
+    and ``error_bound`` are scale-free; the multipliers are weighted as the true ``λ`` (``∝ 2^{−k_r}·λ̃_r``,
+    ``λ̃`` those of the equilibrated rows).
+
+    Raises:
+      InfeasibleMinNormError: as :func:`min_norm_dual` (the certificate weights those of the rows ``A_r``).
+    """
+    m = rows.shape[0]
+    Kp = rows @ rows.T
+    diag = np.diag(Kp)
+    kp = np.where(diag > 0, (np.frexp(np.abs(diag))[1] + 1) // 2, 0).astype(np.int64)
+    with np.errstate(under="ignore"):
+        L = np.ldexp(rows, -kp[:, None])
+    R64 = np.asarray(R, dtype=np.int64)
+    return _solve_equilibrated(
+        L,
+        np.asarray(b, dtype=np.float64),
+        _equality_mask(equality, m),
+        None,
+        kp + R64,
+        diag == 0.0,
+        factor=rows,
+        posed=R64,
+    )
+
+
+def _correction_norm(L: FloatArray, E: IntArray, V: IntArray, sV: FloatArray) -> float:
+    """``||Δ||`` of the least-norm ``Δ`` with ``L_EΔ = 0`` and ``L_VΔ = δ_V`` (``sV``): ``√(δᵀK_TT⁺δ)``, ``T = E ∪ V``.
+
+    On the exact factor's rows ``L_T`` (``L_T L_Tᵀ = K_TT``) by an SVD, not on ``K_TT``: a nearly parallel row
+    has ``σ_min(L_T)`` ≈ its angle, resolved down to eps, where ``λ_min(K_TT) = σ_min²`` drowns in rounding
+    below √eps. Singular values below the numerical rank count as 0 (as :func:`_tight_solve`): a row of ``V``
+    that repeats rows of ``E`` (ties) adds its own slack, not ``1/0``. The same quantity as the working set's
+    ``_correction_norm`` (which works from its own row store).
+    """
+    return _factor_correction_norm(L[np.concatenate([E, V]).astype(np.intp)], E.size, sV)
+
+
+def _factor_correction_norm(L_T: FloatArray, n_equal: int, sV: FloatArray) -> float:
+    """``√(δᵀK_TT⁺δ)`` from a factor ``L_T`` of the rows ``T`` (``L_T L_Tᵀ = K_TT``), ``δ = (0, …, 0, s_V)``
+    with ``n_equal`` leading zeros (the rows held as equalities): the norm of the least-norm correction
+    (:func:`_correction_norm`). An SVD of ``L_T``; singular values below ``max(shape)·eps·σ_max`` (the
+    numerical rank, as :func:`_tight_solve`) count as 0."""
+    U, sv, _ = np.linalg.svd(L_T, full_matrices=False)
+    kept = sv > max(L_T.shape) * EPS * sv[0]
+    delta = np.concatenate([np.zeros(n_equal), sV])
+    return math.sqrt(float(np.sum((U[:, kept].T @ delta) ** 2 / sv[kept] ** 2)))
+
+
+def _fro_error_bound(
+    L: FloatArray, lam_raw: FloatArray, base: float, slack: FloatArray, beta: FloatArray, wnorm: float, d: int
+) -> float:
+    """A first-order bound on ``||Ŵ − Ŵ_mm||_F/||Ŵ||_F`` for the unit-row problem (``||â_r|| = 1``).
+
+    ``Ŵ = Σ_E λ_r â_r`` solves the rows ``E`` (``λ_r ≠ 0``) as equalities; ``base = cond(K_E)·eps`` bounds
+    the error of that solve. The refinement's two tolerances can leave more (both were silent before):
+
+    * rows ``N ⊆ E`` kept with ``λ_r < 0`` (within ``−MULTIPLIER_RTOL·max λ``): ``||Ŵ − Ŵ_mm||² ≤
+      Σ_N |λ_r|·(â_rᵀŴ_mm − β_r) ≤ ||λ_N||₁·||Ŵ − Ŵ_mm||`` (``λ_mm ≥ 0``, complementarity): at most ``||λ_N||₁``;
+    * rows ``V ∉ E`` with slack ``s_r`` below the rounding ``ν_r = 4d·eps·(β_r + ||Ŵ||)`` of a computed slack
+      (``_refine`` accepts ``s_r ≥ −ROUNDING_RTOL``; within ``ν_r`` the sign is unknown; either is amplified by
+      ``1/σ_min`` when the row is nearly parallel to rows of ``E``): the optimum with ``T = E ∪ V`` active is
+      within ``||Δ||`` of ``Ŵ``, ``Δ`` the least-norm correction raising each row of ``V`` by
+      ``max(−s_r, 0) + ν_r`` with ``E`` kept (:func:`_correction_norm`).
+
+    Returns ``base + (||λ_N||₁ + ||Δ||)/||Ŵ||``: ``cond(K_S)·eps`` when ``N = V = ∅`` (the generic case).
+    The same bound as the working set's ``_error_bound``.
+    """
+    if not wnorm > 0 or not math.isfinite(base):
+        return base
+    E = np.flatnonzero(lam_raw != 0.0).astype(np.intp)
+    bound = base + float(np.sum(-lam_raw[lam_raw < 0.0])) / wnorm
+    # rounding of a computed slack â_rᵀŴ − β_r (d-term products, Ŵ's own entries): a row within it of 0 may be
+    # violated by up to that much, amplified by 1/σ_min when it is nearly parallel to rows of E
+    noise = 4 * d * EPS * (beta + wnorm)
+    outside = np.ones(slack.size, dtype=bool)
+    outside[E] = False
+    V = np.flatnonzero(outside & (slack < noise)).astype(np.intp)
+    if V.size:
+        bound += _correction_norm(L, E, V, np.maximum(-slack[V], 0.0) + noise[V]) / wnorm
+    return bound
 
 
 def _min_norm_solution(
@@ -477,16 +613,36 @@ def _min_norm_solution(
     kr: NDArray[np.int64],
     Gb: int,
     factor: FloatArray | None,
+    weight_exp: NDArray[np.int64] | None = None,
 ) -> MinNormSolution:
-    """Residuals of the scaled problem ``(L, b)``; results at the caller's scale (see :func:`min_norm_dual`)."""
+    """Residuals of the scaled problem ``(L, b)``; results at the caller's scale (see :func:`min_norm_dual`).
+
+    ``weight_exp`` (the posed form of :func:`_min_norm_rows`): the multipliers of the problem are
+    ``λ_r ∝ 2^{−weight_exp_r}·λ̃_r`` (``λ̃`` those of ``L``), which sets their relative sizes in the KKT residuals
+    and the weakly active rows; the results are put back by ``kr``, ``Gb`` with no range check and no flush.
+
+    ``error_bound`` is :func:`_fro_error_bound` on ``(L, b)``: ``cond(K_S)·eps`` plus what
+    the refinement's two tolerances leave (inequality multipliers held slightly negative, rows outside the
+    tight set violated at rounding level, amplified by ``1/σ_min``), the bound :func:`solve_svm` reports.
+    """
+
     u, lam_raw = core.u, core.lam
     lam = np.where(eq, lam_raw, np.maximum(lam_raw, 0.0))
     margins = L @ u
     rn = np.linalg.norm(L, axis=1)
     wnorm = float(np.linalg.norm(u))
     Lt_lam = L.T @ lam
-    # relative sizes of the multipliers of the rows as given: λ_r ∝ 2^{−k_r}·λ'_r
-    w_rel = np.ldexp(1.0, -(kr - int(np.min(kr)))) if kr.size else np.ones(0)
+    if weight_exp is None:
+        # relative sizes of the multipliers of the rows as given: λ_r ∝ 2^{−k_r}·λ'_r
+        w_rel = np.ldexp(1.0, -(kr - int(np.min(kr)))) if kr.size else np.ones(0)
+        lam_rel, lam_w = lam_raw * w_rel, lam * w_rel
+    else:
+        # the same, normalised on the largest 2^{−k_r}·|λ'_r| (rows may be any number of binades apart)
+        nz = lam_raw != 0.0
+        e_lam = np.frexp(lam_raw)[1].astype(np.int64) - weight_exp
+        top = int(np.max(e_lam[nz])) if np.any(nz) else 0
+        with np.errstate(under="ignore"):
+            lam_rel, lam_w = np.ldexp(lam_raw, -weight_exp - top), np.ldexp(lam, -weight_exp - top)
     kkt = _kkt(
         margins,
         b,
@@ -496,9 +652,31 @@ def _min_norm_solution(
         wnorm,
         float(np.linalg.norm(u - Lt_lam)),
         float(Lt_lam @ Lt_lam),
-        lam_rel=lam_raw * w_rel,
+        lam_rel=lam_rel,
     )
-    support, weak = _classify(margins, b, eq, rn, lam * w_rel, wnorm)
+    support, weak = _classify(margins, b, eq, rn, lam_w, wnorm)
+    # equality rows are always held (E) and their multipliers' sign is free: 1.0 marks them held without
+    # counting them among the negative inequality multipliers ||λ_N||₁
+    error_bound = _fro_error_bound(
+        L, np.where(eq, 1.0, lam_raw), core.error_bound, margins - b, np.abs(b), wnorm, L.shape[1]
+    )
+    if weight_exp is not None:
+        with np.errstate(over="ignore", under="ignore"):
+            lam_p, margins_p = np.ldexp(lam, Gb - kr), np.ldexp(margins, Gb + kr)
+        return MinNormSolution(
+            multipliers=_ro_own(lam_p),
+            support=_ro(support),
+            weakly_active=_ro(weak),
+            margins=_ro_own(margins_p),
+            coords=_ro_own(np.ldexp(u, Gb)),
+            factor=_ro(L if factor is None else factor),
+            norm=float(np.ldexp(wnorm, Gb)),
+            kkt=kkt,
+            error_bound=error_bound,
+            certified=bool(error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL),
+            method=core.method,
+            iterations=core.iterations,
+        )
     log2 = math.log(2.0)
     if wnorm > 0:
         scaling.check_log_representable(
@@ -507,7 +685,7 @@ def _min_norm_solution(
     with np.errstate(over="ignore", under="ignore"):
         lam_out = np.ldexp(lam, Gb - kr)
         margins_out = np.ldexp(margins, Gb + kr)
-    lw = np.abs(lam) * w_rel
+    lw = np.abs(lam_w)
     significant = lw > MULTIPLIER_RTOL * float(np.max(lw, initial=0.0))
     bad = significant & ~((np.abs(lam_out) >= scaling.FLOAT_TINY) & (np.abs(lam_out) <= scaling.FLOAT_MAX))
     if np.any(bad):
@@ -534,8 +712,8 @@ def _min_norm_solution(
         factor=_ro(L_out),
         norm=float(np.ldexp(wnorm, Gb)),
         kkt=kkt,
-        error_bound=core.error_bound,
-        certified=bool(core.error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL),
+        error_bound=error_bound,
+        certified=bool(error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL),
         method=core.method,
         iterations=core.iterations,
     )

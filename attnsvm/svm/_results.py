@@ -61,7 +61,9 @@ class MinNormSolution:
       factor: the factor ``L`` (``LLᵀ = K``) that ``coords`` refers to, shape ``(m, k)``.
       norm: ``||w||₂``.
       kkt: relative :class:`KKTResiduals`.
-      error_bound: ``cond(K_S)·eps``, first-order bound on the relative error of ``w``.
+      error_bound: first-order bound on the relative error of ``w``: ``cond(K_S)·eps`` plus what the
+        active-set step's tolerances can leave (inequality multipliers held slightly negative, rows violated
+        at rounding level; :func:`attnsvm.svm._dual._fro_error_bound`, the bound of ``solve_svm``).
       certified: ``error_bound`` and every KKT residual are ``≤ CERTIFY_RTOL``.
       method: how the active set was found (``"active-set"`` from the hint, ``"nnls+active-set"``,
         ``"nnls"`` when the refinement failed and the NNLS point is returned uncertified, or

@@ -51,7 +51,6 @@ ch. 23 (least-distance programming through NNL"""
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -62,10 +61,9 @@ from .._types import FloatArray, IntArray
 from .._validation import check_instance
 from ..errors import AttnSVMError, SolverError, unknown_name
 from ..model._instance import Instance
-from ..scaling import EPS
 from ._conic import _cvxpy_fro, _solve_nuc
 from ._constants import CERTIFY_RTOL, HINT_SLACK, SUPPORT_RTOL, SVM_METHODS, SVM_NORMS
-from ._dual import _classify, _Core, _core, _kkt
+from ._dual import _classify, _Core, _core, _fro_error_bound, _kkt
 from ._problem import (
     _back_to_data_scale,
     _check_trivially_infeasible,
@@ -80,63 +78,6 @@ from ._problem import (
     _weighted_sum,
 )
 from ._results import InfeasibleMinNormError, KKTResiduals, SVMSolution, _ro, _ro_own
-
-
-def _correction_norm(L: FloatArray, E: IntArray, V: IntArray, sV: FloatArray) -> float:
-    """``||Δ||`` of the least-norm ``Δ`` with ``L_EΔ = 0`` and ``L_VΔ = δ_V`` (``sV``): ``√(δᵀK_TT⁺δ)``, ``T = E ∪ V``.
-
-    On the exact factor's rows ``L_T`` (``L_T L_Tᵀ = K_TT``) by an SVD, not on ``K_TT``: a nearly parallel row
-    has ``σ_min(L_T)`` ≈ its angle, resolved down to eps, where ``λ_min(K_TT) = σ_min²`` drowns in rounding
-    below √eps. Singular values below the numerical rank count as 0 (as :func:`_tight_solve`): a row of ``V``
-    that repeats rows of ``E`` (ties) adds its own slack, not ``1/0``. The same quantity as the working set's
-    ``_correction_norm`` (which works from its own row store).
-    """
-    return _factor_correction_norm(L[np.concatenate([E, V]).astype(np.intp)], E.size, sV)
-
-
-def _factor_correction_norm(L_T: FloatArray, n_equal: int, sV: FloatArray) -> float:
-    """``√(δᵀK_TT⁺δ)`` from a factor ``L_T`` of the rows ``T`` (``L_T L_Tᵀ = K_TT``), ``δ = (0, …, 0, s_V)``
-    with ``n_equal`` leading zeros (the rows held as equalities): the norm of the least-norm correction
-    (:func:`_correction_norm`). An SVD of ``L_T``; singular values below ``max(shape)·eps·σ_max`` (the
-    numerical rank, as :func:`_tight_solve`) count as 0."""
-    U, sv, _ = np.linalg.svd(L_T, full_matrices=False)
-    kept = sv > max(L_T.shape) * EPS * sv[0]
-    delta = np.concatenate([np.zeros(n_equal), sV])
-    return math.sqrt(float(np.sum((U[:, kept].T @ delta) ** 2 / sv[kept] ** 2)))
-
-
-def _fro_error_bound(
-    L: FloatArray, lam_raw: FloatArray, base: float, slack: FloatArray, beta: FloatArray, wnorm: float, d: int
-) -> float:
-    """A first-order bound on ``||Ŵ − Ŵ_mm||_F/||Ŵ||_F`` for the unit-row problem (``||â_r|| = 1``).
-
-    ``Ŵ = Σ_E λ_r â_r`` solves the rows ``E`` (``λ_r ≠ 0``) as equalities; ``base = cond(K_E)·eps`` bounds
-    the error of that solve. The refinement's two tolerances can leave more (both were silent before):
-
-    * rows ``N ⊆ E`` kept with ``λ_r < 0`` (within ``−MULTIPLIER_RTOL·max λ``): ``||Ŵ − Ŵ_mm||² ≤
-      Σ_N |λ_r|·(â_rᵀŴ_mm − β_r) ≤ ||λ_N||₁·||Ŵ − Ŵ_mm||`` (``λ_mm ≥ 0``, complementarity): at most ``||λ_N||₁``;
-    * rows ``V ∉ E`` with slack ``s_r`` below the rounding ``ν_r = 4d·eps·(β_r + ||Ŵ||)`` of a computed slack
-      (``_refine`` accepts ``s_r ≥ −ROUNDING_RTOL``; within ``ν_r`` the sign is unknown; either is amplified by
-      ``1/σ_min`` when the row is nearly parallel to rows of ``E``): the optimum with ``T = E ∪ V`` active is
-      within ``||Δ||`` of ``Ŵ``, ``Δ`` the least-norm correction raising each row of ``V`` by
-      ``max(−s_r, 0) + ν_r`` with ``E`` kept (:func:`_correction_norm`).
-
-    Returns ``base + (||λ_N||₁ + ||Δ||)/||Ŵ||``: ``cond(K_S)·eps`` when ``N = V = ∅`` (the generic case).
-    The same bound as the working set's ``_error_bound``.
-    """
-    if not wnorm > 0 or not math.isfinite(base):
-        return base
-    E = np.flatnonzero(lam_raw != 0.0).astype(np.intp)
-    bound = base + float(np.sum(-lam_raw[lam_raw < 0.0])) / wnorm
-    # rounding of a computed slack â_rᵀŴ − β_r (d-term products, Ŵ's own entries): a row within it of 0 may be
-    # violated by up to that much, amplified by 1/σ_min when it is nearly parallel to rows of E
-    noise = 4 * d * EPS * (beta + wnorm)
-    outside = np.ones(slack.size, dtype=bool)
-    outside[E] = False
-    V = np.flatnonzero(outside & (slack < noise)).astype(np.intp)
-    if V.size:
-        bound += _correction_norm(L, E, V, np.maximum(-slack[V], 0.0) + noise[V]) / wnorm
-    return bound
 
 
 @dataclass(frozen=True)

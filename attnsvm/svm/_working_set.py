@@ -83,7 +83,7 @@ from ..model._instance import Instance
 from ..model._tensor import SVMConstraints
 from ..scaling import EPS
 from ._constants import CERTIFY_RTOL, INFEASIBLE_NORM, MULTIPLIER_RTOL, SUPPORT_RTOL
-from ._dual import _classify, _Core, _core, _kkt, _round_tol
+from ._dual import _classify, _Core, _core, _factor_correction_norm, _kkt, _round_tol
 from ._problem import (
     _back_to_data_scale,
     _check_trivially_infeasible,
@@ -99,7 +99,6 @@ from ._problem import (
     _weighted_sum,
 )
 from ._results import InfeasibleMinNormError, SVMSolution, _ro, _ro_own
-from ._solve import _factor_correction_norm
 
 __all__ = [
     "EXACT_COND_MAX",
