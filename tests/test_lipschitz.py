@@ -273,7 +273,7 @@ def test_max_weight_bound_sound_and_attained() -> None:
     so ``s₁ = σ(R δ) = p``. normalized_linear with ``x₂ = −2x₁``: ``W = R x̂₁ ẑᵀ`` gives ``l₁ = R c₁``
     and ``l₂ = −R c₂`` at once, the two extremes the bound uses.
     """
-    from attnsvm.lipschitz import _max_weight_bound
+    from attnsvm.lipschitz._bound import _max_weight_bound
 
     SIGMOID_RTOL = 16 * EPS  # a log-sum-exp and an exp, a few roundings each
     inst = _two_token((1.0, 0.5), (-0.5, 2.0), z=(0.7, -0.2))
@@ -349,7 +349,7 @@ def test_normalized_linear_jacobian_norm_at_most_half_adversarial(T: int) -> Non
 
 def test_normalized_linear_autograd_jacobian_factorises() -> None:
     """The torch Jacobian of ``φ(l)/1ᵀφ(l)`` equals ``(diag s − ssᵀ) diag(φ'/φ)``, ``φ = elu + 1``."""
-    from attnsvm.lipschitz import _torch_head
+    from attnsvm.lipschitz._heads import _torch_head
 
     head = _torch_head("normalized_linear", "weights")
     rng = np.random.default_rng(0)
@@ -640,7 +640,7 @@ def test_compare_lipschitz_ratio_helper_conventions_and_range() -> None:
     exact IEEE quotient as oracle): 0/0 = 1, x/0 = inf, 0/y = 0, x/y correctly rounded; a quotient of
     positive numbers beyond float64's normal range (which compare_lipschitz cannot reach from real
     bounds and estimates today) raises the scale contract's error instead of inf or a subnormal."""
-    from attnsvm.lipschitz import _ratio
+    from attnsvm.lipschitz._compare import _ratio
 
     assert _ratio(0.0, 0.0, "r") == 1.0
     assert _ratio(2.0, 0.0, "r") == math.inf

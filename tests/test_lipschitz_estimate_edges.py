@@ -367,7 +367,8 @@ def test_search_radius_is_capped_where_the_search_intermediates_stay_finite() ->
     0, query ``2^-300·e₁``; the reverse) have ``||𝓛||_F = √2·2^-301`` (the first cap overflows to inf) and
     ``max||x||·max||z|| = ¼`` exactly, so on a ball of ``2^1020`` the search radius is ``2^1000/¼ = 2^1002``
     exactly (hand-derived from the docstring's formula), also when that product is below 1."""
-    from attnsvm.lipschitz import SATURATION_LOG2, _search_radius
+    from attnsvm.lipschitz import SATURATION_LOG2
+    from attnsvm.lipschitz._estimate import _search_radius
 
     assert SATURATION_LOG2 == 900
     tiny = 2.0**-300
