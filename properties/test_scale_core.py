@@ -808,3 +808,111 @@ def test_svm_margins_scale_sweep_masked(case: tuple[S.ScaledInstance, np.ndarray
         case, lambda si, alpha: A.svm_margins(si.inst, np.eye(d) + 0.25, alpha), lambda m, d: (m,)
     )
     test_svm_margins_scale_sweep.hypothesis.inner_test(case, kw)
+
+
+# ------------------------------- normalized_risk_grad: data spanning the range within one sequence
+#: Binary exponents of the spread data: each entry of the two keys, the query and v is ±[1/2, 1)·2^k with
+#: k ∈ [SPREAD_EXPONENT, 0] on its own (or 0), so one sequence holds entries from 2^−1001 to 1 side by side.
+SPREAD_EXPONENT = -1000
+#: The split form's allowance for values whose products underflow (attnsvm.model._grad's
+#: VALUE_UNDERFLOW_ALLOWANCE = 2^−1020 in a pair's units, which are ≤ 4·max|x|·max|v|): 2^−1016 of
+#: max|x|·max|v| covers it, so a refusal there is at the rounding level the core documents.
+SPREAD_UNDERFLOW = 2.0**-1016
+
+
+@st.composite
+def spread_pairs(draw: Any) -> tuple[Instance, np.ndarray, str]:
+    """One sequence of two keys (``n = 1``, ``T = 2``) whose entries, query and values each span the range
+    (:data:`SPREAD_EXPONENT`), ``W = 2^kw·W0`` with ``kw`` moderate or up to saturation (logit gaps to
+    1e300 and beyond), and a loss. Shrinks towards exponents 0 (moderate data) and ``kw = 0``."""
+    d = draw(st.integers(1, 3))
+    # ±[1/2, 1), or 0 one time in 16 (a zero key, query or v gives ∇L = 0: drawn, but not too often; 0 at
+    # the far end of the integer, so that Hypothesis' simplest draws keep the entries)
+    mant = st.tuples(
+        st.floats(0.5, 1.0, exclude_max=True), st.sampled_from([1.0, -1.0]), st.integers(0, 15)
+    ).map(lambda t: t[0] * t[1] if t[2] < 15 else 0.0)
+
+    def vec(k: int) -> np.ndarray:
+        ms = draw(st.lists(mant, min_size=k, max_size=k))
+        es = draw(st.lists(st.integers(SPREAD_EXPONENT, 0), min_size=k, max_size=k))
+        return np.ldexp(np.array(ms, dtype=float), np.array(es))
+
+    X = np.stack([vec(d), vec(d)])[None]
+    z = vec(d)[None]
+    v = vec(d)
+    W0 = draw(S.weight_matrices(d, scale=(1e-2, 1e2)))
+    kw = draw(st.one_of(st.integers(-8, 8), st.integers(0, 1000)))
+    lo, hi = S.exponent_range(W0)
+    W = np.ldexp(W0, min(max(kw, lo), hi))
+    return Instance(X, np.array([draw(st.sampled_from([1.0, -1.0]))]), v, z), W, draw(GRAD_LOSSES)
+
+
+def _exact(x: float) -> Any:
+    from fractions import Fraction
+
+    return Fraction(float(x))
+
+
+@given(spread_pairs())
+def test_normalized_risk_grad_on_data_spanning_the_range_within_a_sequence(
+    case: tuple[Instance, np.ndarray, str],
+) -> None:
+    """A single sequence of two keys: ∇L = ℓ'Y s_1 s_2 (a_1 − a_2)(x_1 − x_2) zᵀ, so the direction is
+    −Y·sign(a_1 − a_2)·(x_1 − x_2)zᵀ/||·|| whatever the weights and ℓ' (ℓ' < 0 for the three losses): an
+    exact construction (a_1 − a_2 in rational arithmetic, the rest in mpmath), independent of the logits'
+    rounding. The direction must match it to the documented bound, ``log_norm`` the 400-digit mpmath
+    ``log||∇L||`` to that bound plus the logits' rounding; a refusal is allowed only where the oracle
+    allows it: logits beyond the range, ∇L = 0, ℓ' undetermined, or ||∇L|| within RANGE_SLACK of the
+    rounding level ``8·(nT·eps·M + VE)`` (VE with :data:`SPREAD_UNDERFLOW`). The issue-16 gap: entries
+    1e-295 next to 0.85 and log weights of size 1e300 had made the core refuse clear gradients and return
+    directions up to 1.4 off."""
+    inst, W, loss = case
+    o = Oracle(inst, W)
+    x1, x2, z, v = inst.X[0, 0], inst.X[0, 1], inst.z[0], inst.v
+    da = sum(_exact(a) * _exact(b) for a, b in zip(x1, v, strict=True)) - sum(
+        _exact(a) * _exact(b) for a, b in zip(x2, v, strict=True)
+    )
+    d = inst.d
+    with mpmath.workdps(400):
+        dx = [_mp(a) - _mp(b) for a, b in zip(x1, x2, strict=True)]
+        zm = [_mp(c) for c in z]
+        D = [[dx[k] * zm[j] for j in range(d)] for k in range(d)]
+        nD = mpmath.sqrt(mpmath.fsum(c * c for row in D for c in row))
+        zero = da == 0 or nD == 0
+        amag = [mpmath.fsum(abs(_mp(a) * _mp(b)) for a, b in zip(x, v, strict=True)) for x in (x1, x2)]
+        xn = [mpmath.sqrt(mpmath.fsum(_mp(c) ** 2 for c in x)) for x in (x1, x2)]
+        level = rel = mpmath.inf
+        if not zero:
+            sign = -float(inst.Y[0]) * (1 if da > 0 else -1)
+            direction = [[sign * c / nD for c in row] for row in D]
+            dam = abs(mpmath.mpf(da.numerator) / da.denominator)
+            spread = (xn[0] + xn[1]) / mpmath.sqrt(mpmath.fsum(c * c for c in dx))
+            under = SPREAD_UNDERFLOW * _mp(np.max(np.abs(inst.X))) * _mp(np.max(np.abs(v)))
+            vr = d * EPS * (amag[0] + amag[1] + under) / dam
+            level = 8 * (2 * EPS + vr) * spread  # 8·(nT·eps·M + VE)/||∇L||, M/||∇L|| = spread
+            rel = 2 * ((4 + d) * ULPS * EPS * spread + ULPS * vr * spread) + d * SUBNORMAL_ULP
+    reasons = {
+        "zero gradient": zero,
+        "logits overflow": o.logits_overflow(),
+        "logit gap overflows": abs(o.l[0][0] - o.l[0][1]) > FLOAT_MAX / RANGE_SLACK,
+        "undetermined": undetermined(o, loss),
+        "rounding level": not zero and level * RANGE_SLACK >= 1,
+    }
+    why = ", ".join(k for k, on in reasons.items() if on) or "none"
+    got = _expect(lambda: A.normalized_risk_grad(inst, W, loss=loss), why != "none", why, DIRECTION_MESSAGE)
+    if got is None:
+        return
+    assert not zero, "returned a direction for a zero gradient"
+    with mpmath.workdps(400):
+        err = mpmath.sqrt(
+            mpmath.fsum((_mp(got.direction[k, j]) - direction[k][j]) ** 2 for k in range(d) for j in range(d))
+        )
+        log_true = mpmath.log(o.s[0][0] * o.s[0][1] * dam * nD)  # ℓ' = −1 for the correlation loss
+        if loss != "correlation":
+            u = _mp(inst.Y[0]) * o.f[0]
+            lp = 1 / (1 + mpmath.exp(u)) if loss == "logistic" else mpmath.exp(-u)
+            log_true += mpmath.log(lp)
+        log_tol = rel + 4 * o.logit_err(0) + 2 * o.f_err(0) + 8 * EPS * abs(log_true)
+        ratio = max(_ratio(err, rel), _ratio(abs(log_true - got.log_norm), log_tol))
+    target(ratio, label="direction error / bound")
+    assert ratio <= 1.0

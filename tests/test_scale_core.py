@@ -410,6 +410,10 @@ def test_risk_grad_refusal_message_names_the_gradient_its_size_and_the_remedy(j:
 GAP_ORACLE_DPS = 80
 
 
+#: ``log||∇L||`` of size 1.8e308 is documented to ``eps·|log w|`` (the log-domain rounding of the log
+#: weights ``log s_1 + log s_2``, two roundings of numbers of that size): 4·eps relative.
+HUGE_LOG_NORM_RTOL = 4 * EPS
+
 _PM_ONE = A.Instance(np.array([[[1.0], [-1.0]]]), np.array([1.0]), np.array([1.0]), np.array([[1.0]]))
 _HALF_MAX = FLOAT_MAX / 2  # logits ±w: the gap 2w overflows to inf exactly when w > FLOAT_MAX/2
 
@@ -427,9 +431,10 @@ def test_risk_grad_never_returns_zeros_when_a_logit_gap_overflows(w: float, loss
     Oracle: mpmath at 80 digits (centred form): ∇L = 4ℓ'·s_1 s_2 ≠ 0 with log||∇L|| ≈ −2w < log FLOAT_TINY on both
     sides of the threshold. Contract: risk_grad refuses (NumericalError) on both sides; above it, the
     refusal is the range error naming the underflow of the gradient and the range (log_norm −inf:
-    even log||∇L|| is not a double); normalized_risk_grad refuses alike, never "exactly zero"."""
+    even log||∇L|| is not a double); normalized_risk_grad refuses alike, never "exactly zero". Below it,
+    log||∇L|| ≈ −2w is a double: with the correlation loss normalized_risk_grad returns the exact direction."""
     W = np.array([[w]])
-    log_norm, _ = mp_log_grad(_PM_ONE, W, loss, dps=GAP_ORACLE_DPS)
+    log_norm, direction = mp_log_grad(_PM_ONE, W, loss, dps=GAP_ORACLE_DPS)
     assert mpmath.isfinite(log_norm) and log_norm < LOG_FLOAT_TINY  # nonzero, below the normal range
     if 2 * mpmath.mpf(w) > FLOAT_MAX:
         assert log_norm < -FLOAT_MAX  # not even its logarithm is a double
@@ -443,11 +448,21 @@ def test_risk_grad_never_returns_zeros_when_a_logit_gap_overflows(w: float, loss
             )
             assert "[2.2e-308, 1.8e308]" in str(ei.value)
     else:
-        # log s_2 ≈ −1.8e308 is a double, but its O(1) parts (log 2, log eps) are below its ulp: the
-        # refusal is the range error, or "undetermined" (ℓ', or the values' rounding level).
-        for fn in (A.risk_grad, A.normalized_risk_grad):
-            with pytest.raises(NumericalError, match=r"normal range|undetermined|rounding level"):
-                fn(_PM_ONE, W, loss=loss)
+        # log s_2 ≈ −1.8e308 is a double. risk_grad refuses: the range error (correlation), or
+        # "undetermined" (logistic: f = s_1 − s_2 is known only to ±4e292, so ℓ'(f) has no digit).
+        # normalized_risk_grad refuses alike for the logistic loss; for the correlation loss (ℓ' = −1) it
+        # returns the direction and log||∇L|| ≈ −2w: the O(1) parts (log 4, the rounding level's d·eps)
+        # are kept apart from the log weights' common exponent, which once rounded them away and refused
+        # a determined gradient as cancelled.
+        with pytest.raises(NumericalError, match=r"normal range|undetermined"):
+            A.risk_grad(_PM_ONE, W, loss=loss)
+        if loss == "correlation":
+            g = A.normalized_risk_grad(_PM_ONE, W, loss=loss)
+            np.testing.assert_array_equal(g.direction, direction)
+            assert abs(g.log_norm - float(log_norm)) <= HUGE_LOG_NORM_RTOL * abs(float(log_norm))
+        else:
+            with pytest.raises(NumericalError, match="undetermined"):
+                A.normalized_risk_grad(_PM_ONE, W, loss=loss)
 
 
 @pytest.mark.parametrize(("w", "returns"), [(353.0, True), (355.0, False)])
@@ -529,3 +544,80 @@ def test_normalized_risk_grad_keeps_a_term_whose_key_norm_underflows_when_square
     g = A.normalized_risk_grad(_MIXED_TERMS, np.array([[4.021593423457008e194]]), loss="correlation")
     assert g.direction[0, 0] == -1.0
     assert abs(g.log_norm - (-1900.382551577364)) <= 1e-9 * 1900.4
+
+
+# ------------------------------ normalized_risk_grad on data spanning the range within one sequence
+#: Digits of the oracle of the within-sequence-spread regressions: weights e^−1e300 and values 1e-324 are
+#: exact in mpmath at any precision (its exponents are unbounded); 400 digits resolve a sum of terms
+#: 1e-650 apart (values 1e-324 next to 1, keys 1e-299 next to 1) with > 100 digits to spare.
+SPREAD_ORACLE_DPS = 400
+#: log||∇L|| of size |L| is documented to ``eps·|log w|`` plus the direction's bound: the log weights
+#: ``log s_1 + log s_2`` are two roundings of numbers of size |L|, so 4·eps·|L| + LOG_NORM_ATOL.
+SPREAD_LOG_RTOL = 4 * EPS
+
+#: One sequence, tokens e_1 and e_2/2, v = e_1, z = e_1: logits (g, 0) exactly, values (1, 0), so ∇L =
+#: −s_1 s_2·(e_1 − e_2/2) e_1ᵀ (correlation loss, Y = 1): the direction (−2, 0; 1, 0)/√5 for every g (an
+#: exact construction; the 400-digit oracle agrees). Before: the O(1) logs of the two terms' sizes
+#: (log ||x_2|| = log ½) were added to log weights of size g and rounded away, so both terms came out
+#: the same size: the direction (−1, 0; 1, 0)/√2 (0.32 off) at g = 1e17, and at g ≥ 1e20 also the
+#: rounding level's log(d·eps) vanished and the gradient was refused as cancelled (it is 2e14 times the
+#: level). g = 1e5 took the old plain form too (an error ~1e-11, eps·g).
+_RUNNER_UP = A.Instance(
+    np.array([[[1.0, 0.0], [0.0, 0.5]]]), np.array([1.0]), np.array([1.0, 0.0]), np.array([[1.0, 0.0]])
+)
+
+
+@pytest.mark.parametrize("g", [1e5, 1e17, 1e20, 1e300])
+def test_normalized_risk_grad_keeps_the_o1_parts_of_terms_sharing_a_huge_log_weight(g: float) -> None:
+    """Regression (the sweep of issue 16's gap): a token and its runner-up share the factor e^{−g}.
+    Oracles: the exact construction above, and ∇L in 400-digit mpmath (log||∇L|| = −g + log(√5/2) − …)."""
+    W = np.array([[g, 0.0], [0.0, 0.0]])
+    log_norm, direction = mp_log_grad(_RUNNER_UP, W, "correlation", dps=SPREAD_ORACLE_DPS)
+    exact = np.array([[-2.0, 0.0], [1.0, 0.0]]) / math.sqrt(5.0)
+    assert np.linalg.norm(direction - exact) <= GRAD_RTOL  # the oracle agrees with the construction
+    got = A.normalized_risk_grad(_RUNNER_UP, W, loss="correlation")
+    assert np.linalg.norm(got.direction - exact) <= GRAD_RTOL
+    assert abs(got.log_norm - float(log_norm)) <= SPREAD_LOG_RTOL * g + LOG_NORM_ATOL
+
+
+def test_normalized_risk_grad_still_refuses_a_gradient_cancelled_by_symmetry_at_huge_log_weights() -> None:
+    """The refusal that stays: _RUNNER_UP's sequence twice, with labels +1 and −1, at g = 1e20: ∇L = 0 by
+    symmetry (each term meets its negative), so the direction is undefined — refused at rounding level,
+    never returned (oracle: the symmetry)."""
+    X = np.concatenate([_RUNNER_UP.X, _RUNNER_UP.X])
+    inst = A.Instance(X, np.array([1.0, -1.0]), _RUNNER_UP.v, np.concatenate([_RUNNER_UP.z, _RUNNER_UP.z]))
+    with pytest.raises(NumericalError, match="rounding level"):
+        A.normalized_risk_grad(inst, np.array([[1e20, 0.0], [0.0, 0.0]]), loss="correlation")
+
+
+#: One sequence: a key e_1 and two keys 1e-299·e_2, 2e-299·e_2 in the same sequence, v = (1, 1e-25), z = e_1,
+#: W = −1500·e_1e_1ᵀ: logits (−1500, 0, 0). The tiny keys' values 1e-324 and 2e-324 (exact products) were
+#: formed in the sequence's units, where they underflowed to 0: their pair, which dominates ∇L (≈ 1e-624
+#: against e^−1500 ≈ 1e-652 for the pairs with the first key), was lost and the direction came out e_1e_1ᵀ
+#: (−1, 0; 0, 0) for the true (0, 0; −1, 0) (oracle: 400-digit mpmath; error 1.41), log||∇L|| −1500.69
+#: for −1435.90. Each key is now rescaled on its own.
+_TINY_KEYS_X = np.array([[[1.0, 0.0], [0.0, 1e-299], [0.0, 2e-299]]])
+_TINY_KEYS_W = np.array([[-1500.0, 0.0], [0.0, 0.0]])
+
+
+@pytest.mark.parametrize("v2", [1e-25, 1e-5])
+def test_normalized_risk_grad_keeps_values_that_underflow_in_their_sequences_units(v2: float) -> None:
+    """Regression; oracle: ∇L in 400-digit mpmath (v2 = 1e-5: values 1e-304, normal; the same answer path)."""
+    inst = A.Instance(_TINY_KEYS_X, np.array([1.0]), np.array([1.0, v2]), np.array([[1.0, 0.0]]))
+    log_norm, direction = mp_log_grad(inst, _TINY_KEYS_W, "correlation", dps=SPREAD_ORACLE_DPS)
+    got = A.normalized_risk_grad(inst, _TINY_KEYS_W, loss="correlation")
+    assert np.linalg.norm(got.direction - direction) <= GRAD_RTOL
+    assert abs(got.log_norm - float(log_norm)) <= LOG_NORM_ATOL
+
+
+def test_normalized_risk_grad_of_tiny_keys_ignores_a_masked_key() -> None:
+    """The same instance with a fourth key (0.7, 0.7), masked: a masked token is deleted, so the answer is
+    the unmasked instance's bit for bit (oracle: the deletion)."""
+    X4 = np.concatenate([_TINY_KEYS_X, np.array([[[0.7, 0.7]]])], axis=1)
+    v, z, Y = np.array([1.0, 1e-25]), np.array([[1.0, 0.0]]), np.array([1.0])
+    masked = A.Instance(X4, Y, v, z, mask=np.array([[True, True, True, False]]))
+    plain = A.Instance(_TINY_KEYS_X, Y, v, z)
+    got = A.normalized_risk_grad(masked, _TINY_KEYS_W, loss="correlation")
+    ref = A.normalized_risk_grad(plain, _TINY_KEYS_W, loss="correlation")
+    np.testing.assert_array_equal(got.direction, ref.direction)
+    assert got.log_norm == ref.log_norm

@@ -47,6 +47,20 @@ on the plain path, ``≤ 1`` on the log-domain one) and with cancellation betwee
 The one 0 returned for nonzero terms: their float64 sum cancels exactly (e.g. a sequence repeated with
 the opposite label, where ``∇L = 0`` by symmetry), correct to the absolute bound above.
 
+The log-domain form has two shapes. Plain (``|log s_it| ≤ 2^11`` and every rescaled entry of ``X`` and
+``v`` 0 or ≥ 2^−511, the ordinary case, bit for bit as before): each term's size is a sum of logs,
+``log s_it + log|c_it| + log||x'|| ||z'||``, which rounds its O(1) parts to ``eps·|log s|``: the direction
+gains ``≤ 4·eps·(max|log s| + 360) ≤ 1.1e-12`` (``|log ||x'|| ||z'||| < 360`` for keys ≥ 2^−511). Split
+(:func:`_split_parts`: log weights beyond 2^11, or a token or value 2^511 below its sequence's largest,
+"data spanning the range within one sequence"): every token is rescaled on its own (its value keeps its digits however small it is
+next to the others), each term's shared exponent ``log s_it + max_u log s_iu`` and its binary exponents
+are kept apart from its O(1) factors, so the logits' rounding enters only through the logit differences
+that ``∇L`` depends on (a token and its runner-up sharing ``e^{−gap}`` keep their relative size exactly),
+and the rounding level includes the values' underflow (:data:`VALUE_UNDERFLOW_ALLOWANCE`). Before the split,
+log weights of size 1e15..1e308 rounded the O(1) parts (and ``d·eps``) away — directions off by up to 0.3
+and clear gradients refused as cancelled — and values of keys 1e-300 next to O(1) keys underflowed to 0
+(a direction 1.4 off).
+
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (gradient, normalized GD);
 Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
 """
@@ -499,6 +513,227 @@ def _norm_no_underflow(a: FloatArray, *, axis: int) -> FloatArray:
     return np.asarray(out, dtype=np.float64)
 
 
+#: Log weights ``|log s_it|`` up to this size are combined as plain sums of logs (the original form, kept
+#: bit for bit): an O(1) factor (a norm, a difference of values, ``d·eps``) added to a log of size ``K``
+#: keeps it to ``K·eps`` relative, ≤ 2^−42 here (a weight e^−2048 is far below float64's range). Above it a
+#: sum ``log s_it + log|c_it|`` of size 1e15..1e308 rounded the O(1) factors away — two terms sharing the
+#: factor ``e^{−gap}`` (a token and its runner-up) lost their relative size (directions off by up to 0.3)
+#: and ``d·eps`` vanished from the rounding level (clear gradients refused as cancelled) — so there each
+#: term keeps its shared exponent apart (:func:`_split_parts`).
+LOG_WEIGHT_SPLIT = 2.0**11
+#: Data whose rescaled entries all lie in ``[2^−511, 1)`` (or are 0) take the plain form: products of two
+#: of them are normal doubles, so no value ``x'ᵀv'`` loses digits to underflow. A smaller entry (a token
+#: 1e-300 next to one of size 1 in the same sequence) made values underflow to 0 or to subnormals (a
+#: direction 1.4 off); such data take :func:`_split_parts` with every token rescaled on its own.
+DATA_SPLIT_BELOW = 2.0**-511
+#: The values' underflow allowance in the split form, in a pair's units: a value ``x''ᵀv'`` of per-token
+#: rescaled data (entries ≤ 1) whose products underflow loses ≤ ``d·2^−1074`` = ``d·eps·2^−1021``, so
+#: ``2^−1020`` added to ``|a|_t + |a|_u`` covers both values of the pair (and the ``ldexp`` that aligns
+#: the smaller one) in the rounding level.
+VALUE_UNDERFLOW_ALLOWANCE = 2.0**-1020
+
+
+class _Parts(NamedTuple):
+    """Per term, the log of its size in ``G`` without ``log|ℓ'_i|/n``, relative to its sequence.
+
+    ``small`` is that log relative to a per-sequence shift ``big`` (``(n,)``, 0 in the plain form);
+    in the split form a term's size is ``e^{big_i + small0_it}·2^{kexp_it + seq_k_i}`` exactly (``small``
+    = ``small0 + kexp·ln 2``, for choosing the largest) and ``kexp = 0`` at each sequence's largest term.
+    ``log_vr`` is the values' rounding of each term in the units of ``small``, ``live`` the terms with a
+    finite nonzero size, ``keys`` and ``norms`` the keys and ``||key||·||z'||`` that ``G`` is formed from."""
+
+    big: FloatArray
+    small: FloatArray
+    small0: FloatArray
+    kexp: NDArray[np.int64]
+    seq_k: NDArray[np.int64]
+    log_vr: FloatArray
+    sign_c: FloatArray
+    live: BoolArray
+    keys: FloatArray
+    norms: FloatArray
+
+
+def _plain_parts(
+    log_s: FloatArray,
+    fw: _Forward,
+    X: FloatArray,
+    different: BoolArray,
+    log_l: FloatArray,
+    sign_lY: FloatArray,
+) -> _Parts:
+    """The sizes as plain sums of logs: ``log s_it + log|c_it| + log||x'|| ||z'||`` (moderate log weights,
+    data in the range of :data:`DATA_SPLIT_BELOW`)."""
+    a = fw.a
+    diff = a[:, :, None] - a[:, None, :]  # (n, T, T): (a_it − a_iu)·2^−ea, |diff| ≤ 2d
+    with np.errstate(divide="ignore"):
+        terms = log_s[:, None, :] + np.log(np.abs(np.where(diff == 0, 1.0, diff)))
+    # log|Σ_u s_iu (a_it − a_iu)| as log(P − N) with P, N the positive and negative parts,
+    # each a log-sum-exp, so nothing underflows however small the weights are.
+    log_p = _masked_logsumexp(terms, diff > 0, axis=2)
+    log_n = _masked_logsumexp(terms, diff < 0, axis=2)
+    hi, lo = np.maximum(log_p, log_n), np.minimum(log_p, log_n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_c = hi + np.log1p(-np.exp(lo - hi))  # −inf when P = N exactly (c = 0)
+    log_c = np.where(np.isneginf(hi), -np.inf, log_c)
+    sign_c = np.where(log_p > log_n, 1.0, np.where(log_p < log_n, -1.0, 0.0))
+    log_w = log_l[:, None] + log_s + log_c
+    sign_w = sign_lY[:, None] * sign_c
+    # Each term's size in G is |w_it|·||x'_it||·||z'_i||: include the norms when choosing the largest
+    # (a sequence with z_i = 0 contributes nothing, however large its weights).
+    norms = _norm_no_underflow(fw.Xs, axis=2) * _norm_no_underflow(fw.zs, axis=1)[:, None]
+    with np.errstate(divide="ignore"):
+        log_norms = np.log(norms)
+    live = np.isfinite(log_w + log_norms) & (sign_w != 0)
+    # The O(1) parts of each term's log, without the sequence's common log|ℓ'_i|/n: adding a huge
+    # log|ℓ'_i| (|Y f| ~ 1e12 under the exponential or logistic loss) to them would round them to
+    # ulp(log|ℓ'_i|), so the weights *within* a sequence, which do not depend on ℓ'_i, are formed
+    # from these alone.
+    small = log_s + log_c + log_norms
+    # The values' own rounding, d·eps·Σ_k|v_k x_k| per value, enters every difference a_it − a_iu
+    # of two different tokens (a token and its exact copy have bitwise equal rounded values, so
+    # their difference is exactly 0, as the true one): the term's error is
+    # |ℓ'|·s_it·d·eps·Σ_{u: x_iu ≠ x_it} s_iu (|a|_it + |a|_iu)/n, in the units of `small`.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pair = log_s[:, None, :] + np.log(fw.amag[:, :, None] + fw.amag[:, None, :])
+        log_mix = _masked_logsumexp(pair, different, axis=2)
+        log_vr = log_s + log_mix + math.log(X.shape[2] * EPS) + log_norms
+    n, T = log_s.shape
+    zi = np.zeros(n, dtype=np.int64)
+    return _Parts(
+        np.zeros(n), small, small, np.zeros((n, T), np.int64), zi, log_vr, sign_c, live, fw.Xs, norms
+    )
+
+
+def _shifted_logsumexp(log_s: FloatArray, rest: FloatArray, mask: BoolArray) -> tuple[FloatArray, FloatArray]:
+    """``(m_it, log Σ_{u∈mask_it} e^{log s_iu − m_it + rest_itu})`` with ``m_it = max_{u∈mask_it} log s_iu``.
+
+    The shift is taken out before the O(1) ``rest`` is added, so ``rest`` keeps its digits however large
+    ``|log s|`` is; ``m = −inf`` (and the sum ``−inf``) where the mask is empty."""
+    m = np.max(np.where(mask, log_s[:, None, :], -np.inf), axis=2)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(invalid="ignore"):
+        rel = np.where(mask, log_s[:, None, :] - m_safe[:, :, None], -np.inf)
+        return m, _masked_logsumexp(rel + rest, mask, axis=2)
+
+
+def _exp2(x: FloatArray, j: NDArray[np.int64]) -> FloatArray:
+    """``e^x · 2^j`` without overflow or underflow of ``e^x`` alone (``x`` beyond ±700 with ``j`` the other
+    way: a term whose O(1) log and binary exponent pull apart)."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        # Below e^−1500 of the sequence's largest term a term is 0 to every double's precision.
+        keep = np.isfinite(x) & (x + j * _LN2 >= -1500.0)
+        xk = np.where(keep, x, 0.0)
+        out = np.ldexp(np.exp(np.clip(xk, -700.0, 700.0)), j)
+        far = keep & (np.abs(xk) > 700.0)  # then |x| ≤ 1500 + |j| ln 2: p fits, r is exact to eps·|x|
+        if np.any(far):
+            p = np.floor(np.where(far, xk, 0.0) / _LN2)
+            rho = np.where(far, xk, 0.0) - p * _LN2
+            big = np.clip(p + j, -4000, 4000).astype(np.int64)
+            out = np.where(far, np.ldexp(np.exp(rho), big), out)
+        return np.where(keep, out, 0.0)
+
+
+def _split_parts(
+    log_s: FloatArray,
+    fw: _Forward,
+    X: FloatArray,
+    v: FloatArray,
+    different: BoolArray,
+    log_l: FloatArray,
+    sign_lY: FloatArray,
+) -> _Parts:
+    """The sizes with each term's shared exponents kept apart (log weights beyond :data:`LOG_WEIGHT_SPLIT`,
+    or data below :data:`DATA_SPLIT_BELOW`).
+
+    Every token is rescaled on its own, ``x_it = 2^{o_it} x''_it`` relative to its sequence (``o ≤ 0``), so
+    its value ``a''_it = x''_itᵀv'`` keeps its digits however small the token is next to the others, and
+    the difference of two values is formed in the pair's units ``2^{max(o_t, o_u)}``.
+    ``s_it c_it = e^{log s_it + m_it} ĉ_it`` with ``m_it = max_{u: a_iu ≠ a_it} log s_iu`` and
+    ``ĉ_it = Σ_u e^{log s_iu − m_it}(a_it − a_iu)`` in the units ``2^{e*_it}`` of its largest pair (its
+    largest weight is 1). The exponent ``B_it = log s_it + m_it`` is the same double for a token and its
+    partner (``log s_α + log s_β`` either way) and terms are compared through ``B_it − max_t B_it`` before
+    their O(1) logs are added, so a log weight of size 1e300 rounds neither the difference of values nor
+    the key norms nor ``d·eps`` away; the binary exponents ``e*_it + o_it`` stay integers. The values'
+    rounding is formed the same way, with ``m'_it`` the largest log weight of a token that differs from
+    ``x_it`` and :data:`VALUE_UNDERFLOW_ALLOWANCE` for products that underflow."""
+    n, T, d = X.shape
+    Xt, et = split_rows(X, 2)  # x_it = 2^et_it · x''_it, max|x''_it| ∈ [1/2, 1)
+    vs, _ = pow2_split(v)  # the same v' as fw.a: a_it·2^−ea_i = 2^(et_it − ex_i)·x''_itᵀv'
+    tok = np.any(Xt != 0, axis=2)
+    # o_it: the token's exponent relative to its sequence's (≤ 0); far below for a zero token, which then
+    # never sets a pair's units.
+    off = np.where(tok, et - fw.ex[:, None], -100000).astype(np.int64)
+    a2 = Xt @ vs
+    amag2 = np.abs(Xt) @ np.abs(vs)
+    pe = np.maximum(off[:, :, None], off[:, None, :])  # a pair's units 2^pe
+    with np.errstate(under="ignore"):
+        dd = np.ldexp(a2[:, :, None], off[:, :, None] - pe) - np.ldexp(a2[:, None, :], off[:, None, :] - pe)
+        pm = (
+            np.ldexp(amag2[:, :, None], off[:, :, None] - pe)
+            + np.ldexp(amag2[:, None, :], off[:, None, :] - pe)
+            + VALUE_UNDERFLOW_ALLOWANCE
+        )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_dd = np.log(np.abs(np.where(dd == 0, 1.0, dd)))
+        # The units of each t's sum ĉ_it: those of its dominant pair (largest e^{log s − m}·|dd|·2^pe).
+        nz = dd != 0
+        mfull = np.max(np.where(nz, log_s[:, None, :], -np.inf), axis=2)
+        mfull_safe = np.where(np.isfinite(mfull), mfull, 0.0)
+        approx = np.where(nz, (log_s[:, None, :] - mfull_safe[:, :, None]) + log_dd + pe * _LN2, -np.inf)
+    ustar = np.argmax(approx, axis=2)
+    estar = np.take_along_axis(pe, ustar[:, :, None], axis=2)[:, :, 0]
+    estar = np.where(np.any(nz, axis=2), estar, 0)
+    rest = log_dd + (pe - estar[:, :, None]) * _LN2  # exactly log|dd| for the dominant pair
+    m, log_p = _shifted_logsumexp(log_s, rest, dd > 0)
+    m_n, log_n = _shifted_logsumexp(log_s, rest, dd < 0)
+    # P and N share the shift: the largest weight over both signs.
+    mm = np.maximum(m, m_n)
+    mm_safe = np.where(np.isfinite(mm), mm, 0.0)
+    with np.errstate(invalid="ignore"):
+        log_p = np.where(np.isfinite(m), log_p + (np.where(np.isfinite(m), m, 0.0) - mm_safe), -np.inf)
+        log_n = np.where(np.isfinite(m_n), log_n + (np.where(np.isfinite(m_n), m_n, 0.0) - mm_safe), -np.inf)
+    hi, lo = np.maximum(log_p, log_n), np.minimum(log_p, log_n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_c = hi + np.log1p(-np.exp(lo - hi))  # log|ĉ|: −inf when P = N exactly (c = 0)
+    log_c = np.where(np.isneginf(hi), -np.inf, log_c)
+    sign_c = np.where(log_p > log_n, 1.0, np.where(log_p < log_n, -1.0, 0.0))
+    norms = np.linalg.norm(Xt, axis=2) * _norm_no_underflow(fw.zs, axis=1)[:, None]  # ||x''||·||z'||
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_norms = np.log(norms)
+        B = log_s + mm  # −inf where either is
+    sign_w = sign_lY[:, None] * sign_c
+    live = (
+        np.isfinite(log_l)[:, None]
+        & np.isfinite(B)
+        & np.isfinite(log_c)
+        & np.isfinite(log_norms)
+        & (sign_w != 0)
+    )
+    K = np.where(live, estar + off, 0).astype(np.int64)  # each term's binary exponent
+    big = np.max(np.where(live, B, -np.inf), axis=1)
+    big_safe = np.where(np.isfinite(big), big, 0.0)
+    with np.errstate(invalid="ignore"):
+        small0 = np.where(live, (B - big_safe[:, None]) + log_c + log_norms, -np.inf)
+        top_t = np.argmax(np.where(live, small0 + K * _LN2, -np.inf), axis=1)
+    seq_k = np.where(np.any(live, axis=1), K[np.arange(n), top_t], 0).astype(np.int64)
+    kexp = np.where(live, K - seq_k[:, None], 0).astype(np.int64)
+    small = np.where(live, small0 + kexp * _LN2, -np.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m2, log_mix = _shifted_logsumexp(log_s, np.log(pm) + pe * _LN2, different)
+        B2 = log_s + m2
+        log_vr = np.where(
+            np.isfinite(B2) & np.isfinite(big)[:, None],
+            (B2 - big_safe[:, None])
+            + log_mix
+            + math.log(d * EPS)
+            + log_norms
+            + (np.where(tok, off, 0) - seq_k[:, None]) * _LN2,
+            -np.inf,
+        )
+    return _Parts(big, small, small0, kexp, seq_k, log_vr, sign_c, live, Xt, norms)
+
+
 def _log_grad(
     X: FloatArray,
     Y: FloatArray,
@@ -515,85 +750,88 @@ def _log_grad(
     n = X.shape[0]
     fw = _forward_scaled(X, z, v, W, mask)
     log_kdf = _output_spread(fw, W, loss)
-    a, log_s = fw.a, fw.log_s
-    diff = a[:, :, None] - a[:, None, :]  # (n, T, T): (a_it − a_iu)·2^−ea, |diff| ≤ 2d
-    with np.errstate(divide="ignore"):
-        terms = log_s[:, None, :] + np.log(np.abs(np.where(diff == 0, 1.0, diff)))
-    # log|Σ_u s_iu (a_it − a_iu)| as log(P − N) with P, N the positive and negative parts,
-    # each a log-sum-exp, so nothing underflows however small the weights are.
-    log_p = _masked_logsumexp(terms, diff > 0, axis=2)
-    log_n = _masked_logsumexp(terms, diff < 0, axis=2)
-    hi, lo = np.maximum(log_p, log_n), np.minimum(log_p, log_n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_c = hi + np.log1p(-np.exp(lo - hi))  # −inf when P = N exactly (c = 0)
-    log_c = np.where(np.isneginf(hi), -np.inf, log_c)
-    sign_c = np.where(log_p > log_n, 1.0, np.where(log_p < log_n, -1.0, 0.0))
+    log_s = fw.log_s
+    different = np.any(X[:, :, None, :] != X[:, None, :, :], axis=3)  # (n, T, T); False on the diagonal
     sign_l, log_l = signed_log_derivative(loss, Y * fw.f)
-    log_w = log_l[:, None] + log_s + log_c - np.log(n)
-    sign_w = (sign_l * Y)[:, None] * sign_c
-    # Each term's size in G is |w_it|·||x'_it||·||z'_i||: include the norms when choosing the largest
-    # (a sequence with z_i = 0 contributes nothing, however large its weights).
-    norms = _norm_no_underflow(fw.Xs, axis=2) * _norm_no_underflow(fw.zs, axis=1)[:, None]
-    with np.errstate(divide="ignore"):
-        log_norms = np.log(norms)
-    log_wn = log_w + log_norms
-    live = np.isfinite(log_wn) & (sign_w != 0)
-    # The O(1) parts of each term's log, without the sequence's common log|ℓ'_i|/n: adding a huge
-    # log|ℓ'_i| (|Y f| ~ 1e12 under the exponential or logistic loss) to them would round them to
-    # ulp(log|ℓ'_i|), so the weights *within* a sequence, which do not depend on ℓ'_i, are formed
-    # from these alone.
-    small = log_s + log_c + log_norms
+    finite_s = np.abs(log_s[np.isfinite(log_s)])
+    xs_nz = np.abs(fw.Xs[fw.Xs != 0])
+    vs_nz = np.abs(pow2_split(v)[0])
+    vs_nz = vs_nz[vs_nz != 0]
+    split = (
+        (finite_s.size > 0 and float(np.max(finite_s)) > LOG_WEIGHT_SPLIT)
+        or (xs_nz.size > 0 and float(np.min(xs_nz)) < DATA_SPLIT_BELOW)
+        or (vs_nz.size > 0 and float(np.min(vs_nz)) < DATA_SPLIT_BELOW)
+    )
+    if split:
+        parts = _split_parts(log_s, fw, X, v, different, log_l, sign_l * Y)
+    else:
+        parts = _plain_parts(log_s, fw, X, different, log_l, sign_l * Y)
+    live, small, norms = parts.live, parts.small, parts.norms
+    sign_w = (sign_l * Y)[:, None] * parts.sign_c
     if not np.any(live):
         return _no_live_term(X, v, fw, log_s, log_l, sign_w, norms, mask)
     # Sequence i contributes e^{log_w_it} · 2^{E_i} · x'_it z'_iᵀ with the integer E_i = ea_i + ex_i + ez_i
-    # (the data's scale, kept exact) and |x'|, |z'| < 1. Factor out the largest sequence,
-    # e^top · 2^E*, and rescale the others by 2^(q_i + E_i − E*) · e^{r_i}, q_i ln2 + r_i = top_i − top.
-    E = fw.ea + fw.ex + fw.ez
+    # (the data's scale, kept exact; in the split form also the largest term's own exponent) and
+    # |x'|, |z'| < 1. Factor out the largest sequence, e^top · 2^E*, and rescale the others by
+    # 2^(q_i + E_i − E*) · e^{r_i}, q_i ln2 + r_i = top_i − top.
+    E = fw.ea + fw.ex + fw.ez + parts.seq_k
     small_top_i = np.max(np.where(live, small, -np.inf), axis=1)
     has = np.isfinite(small_top_i)
-    top_i = np.where(has, log_l - np.log(n) + np.where(has, small_top_i, 0.0), -np.inf)
+    if split:
+        top_i = np.where(has, log_l - np.log(n) + parts.big + np.where(has, small_top_i, 0.0), -np.inf)
+    else:
+        top_i = np.where(has, log_l - np.log(n) + np.where(has, small_top_i, 0.0), -np.inf)
     size_i = np.where(has, top_i + E * _LN2, -np.inf)  # log of each sequence's largest term
     if log_kdf is not None:
         _refuse_undetermined(log_kdf, Y * fw.f, size_i, loss)
     star = int(np.argmax(size_i))
+    if split:
+        # top_i − top by parts: the O(1) parts of two sequences with log weights of size 1e300 would
+        # otherwise be rounded away (and with them which one is larger).
+        def gap(j: int) -> FloatArray:
+            with np.errstate(invalid="ignore"):
+                return np.where(
+                    has,
+                    (log_l - log_l[j]) + (parts.big - parts.big[j]) + (small_top_i - small_top_i[j]),
+                    -np.inf,
+                )
+
+        star = int(np.argmax(gap(star) + (E - E[star]) * _LN2))
+        rel = gap(star)
+    else:
+        rel = top_i - top_i[star]
     top, E_star = float(top_i[star]), int(E[star])
     # A sequence whose largest term is below e^−4000 of the largest sequence's — judged on its whole
     # log size, the exponent gap E_i − E* included (clipping top_i − top alone before adding the gap
     # gave a wrong size) — is 0 to every double's precision; the others keep their exact shift.
-    use = has & (size_i - size_i[star] >= -4000.0)
-    D = np.where(use, top_i - top, 0.0)  # ≥ −4000 − |E_i − E*|·ln 2: q fits an int, q ln2 + r is exact
+    use = has & (((rel + (E - E_star) * _LN2) if split else (size_i - size_i[star])) >= -4000.0)
+    D = np.where(use, rel, 0.0)  # ≥ −4000 − |E_i − E*|·ln 2: q fits an int, q ln2 + r is exact
     q = np.floor(D / _LN2)
     r = D - q * _LN2
     # Clipped: a shift below −4000 leaves 0 either way (doubles end at 2^−1074), and it fits an int.
     shift = np.clip(np.where(use, q + E - E_star, 0), -4000, 4000).astype(np.int64)
     live = live & use[:, None]
+    top_small = np.where(has, small_top_i, 0.0)[:, None]
     with np.errstate(under="ignore"):  # terms below 2^−1074 of the largest are 0 to that accuracy
-        within = np.exp(np.where(live, small - np.where(has, small_top_i, 0.0)[:, None], -np.inf))  # ≤ 1
+        if split:  # e^{small0 − small0_top}·2^kexp: the binary exponents exact
+            within = np.where(live, _exp2(np.where(live, parts.small0 - top_small, -np.inf), parts.kexp), 0.0)
+        else:
+            within = np.exp(np.where(live, small - top_small, -np.inf))  # ≤ 1
         sized = np.ldexp(within * np.exp(r)[:, None], shift[:, None])  # |w_it|·||x'||·||z'||, scaled
         scaled = sign_w * sized / np.where(norms > 0, norms, 1.0)
-        # The values' own rounding, d·eps·Σ_k|v_k x_k| per value, enters every difference a_it − a_iu
-        # of two different tokens (a token and its exact copy have bitwise equal rounded values, so
-        # their difference is exactly 0, as the true one): the term's error is
-        # |ℓ'|·s_it·d·eps·Σ_{u: x_iu ≠ x_it} s_iu (|a|_it + |a|_iu)/n, in the units of `scaled`.
-        different = np.any(X[:, :, None, :] != X[:, None, :, :], axis=3)  # (n, T, T); False on the diagonal
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pair = log_s[:, None, :] + np.log(fw.amag[:, :, None] + fw.amag[:, None, :])
-            log_mix = _masked_logsumexp(pair, different, axis=2)
-            # relative to the sequence's largest term: log|ℓ'_i|/n cancels (see `small` above)
-            log_vr = log_s + log_mix + math.log(X.shape[2] * EPS) + log_norms
+        # The values' rounding in the units of `scaled` (relative to the sequence's largest term:
+        # log|ℓ'_i|/n cancels, see `small`).
+        log_vr = parts.log_vr
         vr_ok = np.isfinite(log_vr) & use[:, None] & np.isfinite(log_l)[:, None]
         vr = np.where(
             vr_ok,
             np.ldexp(
-                np.exp(
-                    np.minimum(np.where(vr_ok, log_vr, 0.0) - np.where(has, small_top_i, 0.0)[:, None], 700.0)
-                )
-                * np.exp(r)[:, None],
+                np.exp(np.minimum(np.where(vr_ok, log_vr, 0.0) - top_small, 700.0)) * np.exp(r)[:, None],
                 shift[:, None],
             ),
             0.0,
         )
-    G = np.einsum("nt,ntd,ne->de", scaled, fw.Xs, fw.zs)
+    G = np.einsum("nt,ntd,ne->de", scaled, parts.keys, fw.zs)
     magnitude = float(np.sum(sized))
     value_error = float(np.sum(vr))
     return _LogGrad(G, top, E_star, magnitude, False, value_error)
@@ -793,7 +1031,11 @@ def normalized_risk_grad(
     ``z``, ``v`` (with ``W`` keeping the logits) and ``log_norm`` shifts by the log of the factor.
     Accuracy: direction to ``2ε`` normwise and ``log_norm`` to ``ε`` absolute (plus ``eps·|log w|`` of
     the log-domain rounding), ``ε = (||Ĝ − ∇L|| bound of the module docstring)/||∇L||``: ``≲ (nT+T+d)·eps``
-    for moderate logits and values without cancellation. Raises :class:`~attnsvm.NumericalError` when
+    for moderate logits and values without cancellation. The logits' rounding ``δl`` enters only through
+    the logit differences the gradient depends on (module docstring: the split form, for log weights
+    beyond 2^11 and data spanning the range within one sequence; the plain form adds
+    ``≤ 4·eps·(max|log s| + 360)``), so e.g. a saturated token and its runner-up give the exact direction
+    at any ``||W||``. Raises :class:`~attnsvm.NumericalError` when
     a logit or an output ``f_i`` exceeds 1.8e308 (naming it), when a logit gap exceeds 1.8e308 and no
     other term survives (``log||∇L||`` is then below −1.8e308), when the contributions cancel to
     rounding level (``||∇L|| ≤ 8·(nT·eps·M + VE)``) and where ``ℓ'(Y_i f_i)`` is undetermined.
