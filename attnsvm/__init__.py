@@ -21,6 +21,7 @@ from .errors import (
     UnknownNameError,
 )
 from .gd import (
+    BatchEngine,
     BatchTrajectory,
     GDRecord,
     GDTrajectory,
@@ -102,6 +103,7 @@ from .svm import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchEngine",
     "BatchTrajectory",
     "GDRecord",
     "GDTrajectory",

@@ -1,7 +1,8 @@
 """Throughput of the batched GD engine against a per-instance autograd loop: a thin wrapper over :mod:`attnsvm.harness.bench`.
 
 The methodology (alternating rounds, median per-round ratio with its range, load average before
-and after, the log-domain step, bandwidth floor, GEMM fraction) is documented in
+and after, the log-domain step and its ratio to the fast step, the public entry point's overhead, bandwidth
+floor, GEMM fraction, issue 16's targets) is documented in
 :func:`attnsvm.harness.bench.bench_gd`; ``attnsvm bench --only gd`` runs the same code.
 
 Run: ``python benchmarks/bench_gd.py [--quick] [--batch B] [--threads K] [--repeat R] [--json]``.

@@ -1,7 +1,7 @@
 """The batched GD engine computes the single-instance direction, on both of its paths.
 
 ``run_gd_batch`` stacks instances and takes, per step and per instance, either a linear-domain
-fast path or a log-domain path (``attnsvm.gd._torch_engine._TorchBatch``); both must give the direction and
+fast path or a log-domain path (:class:`attnsvm.gd.BatchEngine`); both must give the direction and
 log-norm of :func:`attnsvm.model._grad.normalized_risk_grad_of`, the single-instance O(T²) form, from
 ``W = 0`` (every token tied) to saturation far past the underflow of ``∇L``, including exactly
 duplicated tokens (the selected token's twin). Where the single-instance form refuses the
@@ -38,7 +38,7 @@ allowed token; feasible ones keep their optimal tokens) and sequence-to-sequence
 (:meth:`attnsvm.Instance.from_sequences`, causal or not, right-padded with exact duplicate tokens), with
 the same saturation regimes and exact duplicates of the top *allowed* token. The engine takes the data
 as ``run_gd_batch`` gives it: rescaled to unit size with the masked tokens zeroed
-(``_stack_instances(..., rescale=True, masks=True)``), and the masks (``_TorchBatch(..., mask=...)``); the
+(``BatchEngine.from_instances``, ``engine_instance``), and the masks; the
 oracles read the same arrays at the iterate ``W·2^k`` the rescaling maps ``W`` to: the single form with
 the mask (``normalized_risk_grad_of(..., mask=...)``), and the 80-digit mpmath conditioning with weight
 exactly 0 at a masked token (no term in ``∇L``, ``Σ|w||x||z|`` or ``VE``). The same three screens set
@@ -61,9 +61,7 @@ from hypothesis import strategies as st
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import NumericalError
-from attnsvm.gd import run_gd, run_gd_batch
-from attnsvm.gd._batch import _stack_instances
-from attnsvm.gd._torch_engine import _TorchBatch
+from attnsvm.gd import BatchEngine, run_gd, run_gd_batch
 from attnsvm.model._grad import CANCELLATION_FACTOR, normalized_risk_grad_of
 from attnsvm.model._instance import Instance
 from attnsvm.model._losses import get_loss
@@ -595,8 +593,17 @@ def test_batched_direction_equals_single_instance_direction(case: tuple[Instance
     except NumericalError as exc:
         ref = None  # refused (cancellation, exact 0, undetermined ℓ'): the batched engine must flag it
         why = "undetermined ℓ'" if "undetermined" in str(exc) else "cancellation"
-    X, Y, z, v = _stack_instances([inst])
     lo = get_loss(loss)
+    try:
+        engines = [BatchEngine.from_instances([inst], loss=lo, path=p) for p in ("auto", "log")]
+    except NumericalError as exc:
+        _assert_values_out_of_range(inst, exc)
+        return
+    # the engine computes at W' = W·2^k (its data rescaled by exact powers of two; k = 0 for unit-size
+    # data): the direction is the same, log||∇_W L|| = log||∇_W' L|| + k ln 2
+    k = int(engines[0].scale_exponents[0])
+    if k:
+        event("data rescaled to unit size")
     mp: list[_MpRatios] = []
 
     def ratios() -> _MpRatios:
@@ -604,9 +611,10 @@ def test_batched_direction_equals_single_instance_direction(case: tuple[Instance
             mp.append(_mp_ratios(inst, W, loss))
         return mp[0]
 
-    for fast in (True, False):
-        eng = _TorchBatch(X, Y, z, v, lo, torch.device("cpu"), fast=fast)
-        G, inv, log_norm, cancelled = eng.gradient(torch.as_tensor(W[None]))
+    for eng in engines:
+        fast = eng.path == "auto"
+        G, inv, log_norm, cancelled = eng.gradient(eng.to_engine_scale(torch.as_tensor(W[None])))
+        log_norm = log_norm + k * math.log(2.0)
         flagged = (cancelled is not None and bool(cancelled[0])) or (
             eng.undetermined is not None and bool(eng.undetermined[0])
         )
@@ -741,12 +749,15 @@ def test_batched_direction_equals_single_instance_direction_masked(
     inst0, W0, loss = case
     event(f"instance: {S.instance_kind(inst0)}")
     _MASKED_TALLY.run += 1
+    lo = get_loss(loss)
     try:
-        X, Y, z, v, kb, allowed = _stack_instances([inst0], rescale=True, masks=True)
+        engines = [BatchEngine.from_instances([inst0], loss=lo, path=p) for p in ("auto", "log")]
     except NumericalError as exc:
         _assert_values_out_of_range(inst0, exc)
         return
-    inst = Instance(X[0], Y[0], v[0], z[0], mask=inst0.mask)  # the engine's data, as an instance
+    inst = engines[0].engine_instance(0)  # the engine's data (rescaled, masked keys zeroed), as an instance
+    assert (inst.mask is None) == (inst0.mask is None or bool(inst0.mask.all()))
+    kb = engines[0].scale_exponents
     W = np.ldexp(W0, int(kb[0]))  # the iterate the rescaling maps W0 to (exact: a power of two)
     if kb[0]:
         event("data rescaled to unit size")
@@ -768,10 +779,9 @@ def test_batched_direction_equals_single_instance_direction_masked(
             mp.append(_mp_ratios(inst, W, loss))
         return mp[0]
 
-    lo = get_loss(loss)
     compared = False
-    for fast in (True, False):
-        eng = _TorchBatch(X, Y, z, v, lo, torch.device("cpu"), fast=fast, mask=allowed)
+    for eng in engines:
+        fast = eng.path == "auto"
         G, inv, log_norm, cancelled = eng.gradient(torch.as_tensor(W[None]))
         flagged = (cancelled is not None and bool(cancelled[0])) or (
             eng.undetermined is not None and bool(eng.undetermined[0])
@@ -824,7 +834,7 @@ def test_finding_engine_direction_on_mixed_magnitude_data() -> None:
     and the scale came from sequence 1 (weight e^−1e272); and the products c·x·z ≈ 3e-237·1e-274 of the live
     sequence underflowed (the engine factored out the largest loss factor, not the largest term). Now
     the norms of tiny rows are formed scaled, and such "mixed" instances run the log-domain path on
-    per-sequence power-of-two scaled data (``_TorchBatch._init_mixed``).
+    per-sequence power-of-two scaled data (``BatchEngine._init_mixed``).
 
     Oracle: run_gd (the single form) on the same data. At ``W = 1e-260·_MIXED_W`` (||W|| ≈ 3e14) one
     normalized step of run_gd_batch must equal run_gd's to RTOL_DIRECTION and record the same log10 ||∇L||."""

@@ -11,6 +11,7 @@ import torch
 import attnsvm as A
 from attnsvm.errors import AttnSVMError, InvalidInstanceError, NumericalError
 from attnsvm.gd import (
+    BatchEngine,
     GDRecord,
     direction_corr,
     direction_gap,
@@ -273,15 +274,12 @@ RTOL_FAST_PATH = 1e-12
 def test_batched_fast_path_equals_log_domain_path_and_switches_per_instance(loss: str) -> None:
     """The fast path is used while the weights are representable, the log-domain path after: same
     direction and log-norm to 1e-12 at every ||W||, including batches where only some instances
-    have underflowing weights (the switch is per instance and per step)."""
-    from attnsvm.gd._batch import _stack_instances
-    from attnsvm.gd._torch_engine import _TorchBatch
-    from attnsvm.model._losses import get_loss
-
+    have underflowing weights (the switch is per instance and per step). White-box in one respect: the
+    engine's streak heuristic (``_log_streak``, LOG_FRACTION) is reset before each call, so that the
+    per-call, per-instance choice is what is compared."""
     insts = [A.random_instance(4, 6, 8, seed=s, family=f) for s in range(4) for f in ("gaussian", "unit")]
-    X, Y, z, v = _stack_instances(insts)
-    fast = _TorchBatch(X, Y, z, v, get_loss(loss), torch.device("cpu"))
-    slow = _TorchBatch(X, Y, z, v, get_loss(loss), torch.device("cpu"), fast=False)
+    fast = BatchEngine.from_instances(insts, loss=loss)
+    slow = BatchEngine.from_instances(insts, loss=loss, path="log")
     dirs = np.stack([solve_svm(i).W for i in insts])
     dirs /= np.linalg.norm(dirs, axis=(1, 2), keepdims=True)
     rng = np.random.default_rng(0)
@@ -292,6 +290,7 @@ def test_batched_fast_path_equals_log_domain_path_and_switches_per_instance(loss
         fast._log_streak = 0  # compare the per-step choice, not the streak heuristic
         Df, lf = fast.direction(W)
         Ds, ls = slow.direction(W)
+        assert slow.log_path.all()
         assert float(torch.linalg.matrix_norm(Df - Ds).max()) <= RTOL_FAST_PATH  # unit matrices
         assert float(((lf - ls).abs() / ls.abs().clamp_min(1.0)).max()) <= RTOL_FAST_PATH
     # all three regimes were exercised: whole batch fast, mixed (log-domain subset), all log-domain
@@ -307,9 +306,8 @@ def test_batched_paths_handle_exactly_duplicated_selected_tokens(loss: str) -> N
     (``normalized_risk_grad_of``, an O(T²) form with no special token) to RTOL_FAST_PATH.
     Regressions: a mean over three tied scores is not exact (``fl(fl(3γ)/3) ≠ γ``) and its ±1 ulp
     swamped the saturated weights (direction error 0.6); the log-domain path took the selected
-    token's twin as runner-up, whose weight is 0, and returned a zero gradient."""
-    from attnsvm.gd._batch import _stack_instances
-    from attnsvm.gd._torch_engine import _TorchBatch
+    token's twin as runner-up, whose weight is 0, and returned a zero gradient. White-box in one
+    respect: the streak heuristic (``_log_streak``) is reset before each call (per-call choice)."""
     from attnsvm.model._grad import normalized_risk_grad_of
     from attnsvm.model._losses import get_loss
 
@@ -319,19 +317,20 @@ def test_batched_paths_handle_exactly_duplicated_selected_tokens(loss: str) -> N
         X = inst.X.copy()
         X[:, 1 : 1 + s % 3] = X[:, :1]  # 0, 1 or 2 copies of token 0
         insts.append(A.Instance(X=X, Y=inst.Y, z=inst.z, v=inst.v))
-    X, Y, z, v = _stack_instances(insts)
     lo = get_loss(loss)
-    engines = [_TorchBatch(X, Y, z, v, lo, torch.device("cpu"), fast=f) for f in (True, False)]
-    base = np.einsum("bid,bie->bde", X[:, :, 0], z)
+    engines = [BatchEngine.from_instances(insts, loss=lo, path=p) for p in ("auto", "log")]
+    # unit-size data: the engine's data and iterates are the user's
+    assert not any(eng.scale_exponents.any() for eng in engines)
+    base = np.stack([np.einsum("id,ie->de", i.X[:, 0], i.z) for i in insts])
     base /= np.linalg.norm(base, axis=(1, 2), keepdims=True)
     for scale in (0.0, 1.0, 10.0, 100.0, 300.0, 1000.0, 3000.0):
         W = scale * base
-        refs = [normalized_risk_grad_of(X[b], Y[b], z[b], v[b], W[b], lo) for b in range(len(insts))]
+        refs = [normalized_risk_grad_of(i.X, i.Y, i.z, i.v, W[b], lo) for b, i in enumerate(insts)]
         for eng in engines:
             eng._log_streak = 0
             D, ln = eng.direction(torch.as_tensor(W))
             for b, ref in enumerate(refs):
-                assert np.linalg.norm(D[b].numpy() - ref.direction) <= RTOL_FAST_PATH, (scale, b, eng.fast)
+                assert np.linalg.norm(D[b].numpy() - ref.direction) <= RTOL_FAST_PATH, (scale, b, eng.path)
                 assert abs(float(ln[b]) - ref.log_norm) <= RTOL_FAST_PATH * max(1.0, abs(ref.log_norm))
 
 
@@ -857,16 +856,23 @@ def test_batched_names_a_custom_loss_derivative_that_is_not_finite() -> None:
 
 
 def test_torch_device_checks_the_cuda_index_against_the_device_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A machine with exactly one CUDA device (simulated: only the availability queries are patched).
-    from attnsvm.gd._batch import _torch_device
+    """A machine with exactly one CUDA device (simulated: only the availability queries are patched). The
+    refusal through the public entry points; white-box for the accepted names (the private device check):
+    the simulated device holds no tensor, so no engine can be built on it."""
+    from attnsvm.gd._stack import _torch_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert _torch_device("cuda") == torch.device("cuda")
     assert _torch_device("cuda:0") == torch.device("cuda:0")
-    with pytest.raises(AttnSVMError) as ei:
-        _torch_device("cuda:1")
-    assert str(ei.value) == "device 'cuda:1' does not exist; torch sees 1 CUDA device(s)"
+    inst = A.random_instance(2, 3, 2, seed=0)
+    for build in (
+        lambda: BatchEngine.from_instances([inst], device="cuda:1"),
+        lambda: run_gd_batch([inst], 1, 0.1, device="cuda:1"),
+    ):
+        with pytest.raises(AttnSVMError) as ei:
+            build()
+        assert str(ei.value) == "device 'cuda:1' does not exist; torch sees 1 CUDA device(s)"
 
 
 def test_batched_names_the_zero_reference_among_nonzero_ones() -> None:
@@ -922,8 +928,6 @@ def test_batched_fast_path_hands_overflowing_weights_to_the_log_domain() -> None
     """Exponential loss with v scaled so that min_i Y_i f_i(0) = −705: ℓ' ~ e^705 ≈ 1e306 times
     score differences ~1e3 overflow the linear-domain weights; the direction (log||∇L|| ≈ 712, a
     gradient beyond float64) must still be the single-instance log-domain one."""
-    from attnsvm.gd._batch import _stack_instances
-    from attnsvm.gd._torch_engine import _TorchBatch
     from attnsvm.model._grad import normalized_risk_grad_of
     from attnsvm.model._losses import exponential
 
@@ -932,13 +936,14 @@ def test_batched_fast_path_hands_overflowing_weights_to_the_log_domain() -> None
         inst = A.random_instance(4, 6, 8, seed=s)
         margin = float(np.min(inst.Y * (inst.X @ inst.v).mean(axis=1)))  # Y_i f_i at W = 0 (uniform s)
         insts.append(A.Instance(X=inst.X, Y=inst.Y, z=inst.z, v=inst.v * (-705.0 / margin)))
-    # private engine: run_gd_batch would refuse to record the risk here (e^{705+} overflows)
-    X, Y, z, v = _stack_instances(insts)
+    # the engine itself: run_gd_batch would refuse to record the risk here (e^{705+} overflows)
     W = np.zeros((2, 8, 8))
-    eng = _TorchBatch(X, Y, z, v, exponential, torch.device("cpu"), fast=True)
+    eng = BatchEngine.from_instances(insts, loss=exponential)
+    assert not eng.scale_exponents.any()  # unit-size keys and queries: the engine's data are the user's
     D, ln = eng.direction(torch.as_tensor(W))
-    for i in range(2):
-        ref = normalized_risk_grad_of(X[i], Y[i], z[i], v[i], W[i], exponential)
+    assert eng.log_path.all()  # the linear-domain weights overflow: every instance is handed over
+    for i, inst in enumerate(insts):
+        ref = normalized_risk_grad_of(inst.X, inst.Y, inst.z, inst.v, W[i], exponential)
         assert ref.log_norm > 709.8  # ||∇L|| > 1.8e308
         assert np.linalg.norm(D[i].numpy() - ref.direction) <= RTOL_FAST_PATH
         assert abs(float(ln[i]) - ref.log_norm) <= RTOL_FAST_PATH * ref.log_norm
@@ -986,31 +991,26 @@ def test_batched_engine_retries_the_fast_path_every_log_retry_calls() -> None:
     """Documented: when more than LOG_FRACTION of a batch needed the log-domain path, the next calls
     use it for the whole batch, retrying the fast path every LOG_RETRY calls. Call 1 at a saturated W
     (gradient ~1e-400: the fast path fails for every instance), then W = 0 (the fast path works):
-    calls 2…LOG_RETRY stay on the log path, call LOG_RETRY + 1 is fast again."""
-    from attnsvm.gd._batch import _stack_instances
-    from attnsvm.gd._torch_engine import _TorchBatch
-    from attnsvm.model._losses import logistic
-
+    calls 2…LOG_RETRY stay on the log path, call LOG_RETRY + 1 is fast again (stats and log_path)."""
     insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
-    X, Y, z, v = _stack_instances(insts)
     W_sat = np.stack([1000 * solve_svm(i).W / np.linalg.norm(solve_svm(i).W) for i in insts])
-    eng = _TorchBatch(X, Y, z, v, logistic, torch.device("cpu"), fast=True)
+    eng = BatchEngine.from_instances(insts, loss="logistic")
     eng.direction(torch.as_tensor(W_sat))
-    assert eng.stats == {"fast": 0, "log": 1, "mixed": 0}
+    assert eng.stats == {"fast": 0, "log": 1, "mixed": 0} and eng.log_path.tolist() == [True, True]
     W0 = torch.zeros((2, 8, 8), dtype=torch.float64)
-    for _ in range(_TorchBatch.LOG_RETRY - 1):
+    for _ in range(BatchEngine.LOG_RETRY - 1):
         eng.direction(W0)
-    assert eng.stats == {"fast": 0, "log": _TorchBatch.LOG_RETRY, "mixed": 0}
+    assert eng.stats == {"fast": 0, "log": BatchEngine.LOG_RETRY, "mixed": 0}
+    assert eng.log_path.tolist() == [True, True]
     eng.direction(W0)
-    assert eng.stats == {"fast": 1, "log": _TorchBatch.LOG_RETRY, "mixed": 0}
+    assert eng.stats == {"fast": 1, "log": BatchEngine.LOG_RETRY, "mixed": 0}
+    assert eng.log_path.tolist() == [False, False]
 
 
 def test_batched_mixed_step_scales_an_accepted_instance_with_a_tiny_gradient() -> None:
     """One batch, three instances at once: O(1) values, values ~1e-200 (accepted by the fast path:
     weights ~1e-200 ≥ FAST_MIN_WEIGHT, but ||G|| ~ 1e-200 is outside the unscaled norm's safe range),
     and a saturated one (||W|| = 1000: the log-domain path). Each equals the single-instance direction."""
-    from attnsvm.gd._batch import _stack_instances
-    from attnsvm.gd._torch_engine import _TorchBatch
     from attnsvm.model._grad import normalized_risk_grad_of
     from attnsvm.model._losses import logistic
 
@@ -1018,12 +1018,12 @@ def test_batched_mixed_step_scales_an_accepted_instance_with_a_tiny_gradient() -
     b = A.Instance(X=b.X, Y=b.Y, z=b.z, v=1e-200 * b.v)
     Wc = solve_svm(c).W
     W = np.stack([0.3 * np.eye(8), 0.3 * np.eye(8), 1000 * Wc / np.linalg.norm(Wc)])
-    X, Y, z, v = _stack_instances([a, b, c])
-    eng = _TorchBatch(X, Y, z, v, logistic, torch.device("cpu"), fast=True)
+    eng = BatchEngine.from_instances([a, b, c], loss=logistic)
+    assert not eng.scale_exponents.any()  # the values are small, not the keys or queries: no rescaling
     D, ln = eng.direction(torch.as_tensor(W))
-    assert eng.stats["mixed"] == 1
-    for i in range(3):
-        ref = normalized_risk_grad_of(X[i], Y[i], z[i], v[i], W[i], logistic)
+    assert eng.stats["mixed"] == 1 and eng.log_path.tolist() == [False, False, True]
+    for i, inst in enumerate((a, b, c)):
+        ref = normalized_risk_grad_of(inst.X, inst.Y, inst.z, inst.v, W[i], logistic)
         assert np.linalg.norm(D[i].numpy() - ref.direction) <= RTOL_FAST_PATH
         assert abs(float(ln[i]) - ref.log_norm) <= RTOL_FAST_PATH * abs(ref.log_norm)
 
@@ -1069,14 +1069,9 @@ def test_regularization_path_point_inside_the_ball_has_no_kkt_residual() -> None
 
 def test_batched_engine_step_is_one_normalized_gd_step() -> None:
     # step_(W, lr): W ← W − lr·D in place (D the unit direction at W), returning log||∇L(W)||.
-    from attnsvm.gd._batch import _stack_instances
-    from attnsvm.gd._torch_engine import _TorchBatch
-    from attnsvm.model._losses import logistic
-
     insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
-    X, Y, z, v = _stack_instances(insts)
     W0 = 0.3 * np.stack([np.eye(8), -np.eye(8)])
-    eng = _TorchBatch(X, Y, z, v, logistic, torch.device("cpu"))
+    eng = BatchEngine.from_instances(insts)
     W = torch.as_tensor(W0.copy())
     ln = eng.step_(W, 0.1).clone()
     for b, inst in enumerate(insts):

@@ -198,12 +198,9 @@ def test_batch_risk_that_is_not_finite_names_the_step() -> None:
 def test_batched_engine_plain_step_is_w_minus_lr_times_the_gradient() -> None:
     """Oracle: the documented plain update W ← W − η∇L(W) with ∇L from the core's numpy closed form
     (attnsvm.risk_grad, itself checked against mpmath), on the engine's step_(W, lr, normalized=False)."""
-    from attnsvm.gd._batch import _stack_instances
-    from attnsvm.gd._torch_engine import _TorchBatch
-
     inst = _two_seq()
-    X, Y, z, v = _stack_instances([inst, inst])
-    eng = _TorchBatch(X, Y, z, v, A.get_loss("logistic"), torch.device("cpu"))
+    eng = A.BatchEngine.from_instances([inst, inst], loss="logistic")
+    assert not eng.scale_exponents.any()  # unit-size data: W is in the engine's scale too
     W0 = np.stack([0.3 * np.eye(2), np.array([[0.2, -0.1], [0.4, 0.0]])])
     W = torch.as_tensor(W0.copy())
     eng.step_(W, 0.5, normalized=False)

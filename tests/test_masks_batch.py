@@ -30,9 +30,7 @@ from hypothesis.extra import numpy as hnp
 import attnsvm as A
 from attnsvm import strategies as S
 from attnsvm.errors import InvalidInstanceError, NumericalError
-from attnsvm.gd import run_gd, run_gd_batch
-from attnsvm.gd._batch import _stack_instances
-from attnsvm.gd._torch_engine import _TorchBatch
+from attnsvm.gd import BatchEngine, run_gd, run_gd_batch
 from attnsvm.model._grad import normalized_risk_grad_of
 from attnsvm.model._losses import get_loss
 from attnsvm.svm import solve_svm
@@ -154,15 +152,17 @@ def test_sequence_to_sequence_batch_equals_single_runs(loss: str) -> None:
 
 # ------------------------------------------------------------------ the saturated (log-domain) path
 def _spy_log_path(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the instances the log-domain path computes (all of them, or the ``idx`` subset), per call."""
+    """Count the instances that took the log-domain path (the engine's public ``log_path``), per call of
+    ``BatchEngine.gradient`` (the call ``run_gd_batch`` makes at each step): 0 … B."""
     seen: list[int] = []
-    original = _TorchBatch._direction_log
+    original = BatchEngine.gradient
 
-    def spy(self: _TorchBatch, l: Any, idx: Any = None, y: Any = None) -> Any:
-        seen.append(self.B if idx is None else int(idx.numel()))
-        return original(self, l, idx, y)
+    def spy(self: BatchEngine, W: Any) -> Any:
+        parts = original(self, W)
+        seen.append(int(self.log_path.sum()))
+        return parts
 
-    monkeypatch.setattr(_TorchBatch, "_direction_log", spy)
+    monkeypatch.setattr(BatchEngine, "gradient", spy)
     return seen
 
 
@@ -183,7 +183,7 @@ def test_saturated_masked_runs_equal_single_runs(fast_path: bool, monkeypatch: p
         warnings.simplefilter("error")
         bt = run_gd_batch(insts, 100, 0.1, W0=W0, record_at=25, fast_path=fast_path)
     assert sum(seen) > 0
-    assert any(k < B for k in seen) if fast_path else all(k == B for k in seen)
+    assert any(0 < k < B for k in seen) if fast_path else all(k == B for k in seen)
     assert np.all(bt.log10_grad_norms[:, [1, 3]] < SATURATED_LOG10_GRAD)
     for b, inst in enumerate(insts):
         _assert_equal_runs(bt, b, run_gd(inst, 100, 0.1, W0=W0[b], record_at=25), W0=W0[b])
@@ -295,7 +295,8 @@ def test_engine_direction_equals_the_single_form_on_masked_batches(loss: str) ->
     the log-domain engines' directions and log-norms equal it to RTOL_FAST_PATH; up to 1e5 (where the
     single form is not needed) fast and log-domain engines agree with each other. The batch mixes random
     masks, causal sequence-to-sequence instances (one-token rows), exact duplicates of a token (a masked
-    token zeroed next to an allowed zero token) and an unmasked instance."""
+    token zeroed next to an allowed zero token) and an unmasked instance. White-box in one respect: the
+    streak heuristic (``_log_streak``) is reset before each call, so that the per-call choice is compared."""
     insts = [_masked(s, n=10, T=5, d=6) for s in range(3)]
     rng = np.random.default_rng(3)
     Xs = rng.standard_normal((2, 5, 6))
@@ -305,11 +306,12 @@ def test_engine_direction_equals_the_single_form_on_masked_batches(loss: str) ->
         A.Instance.from_sequences(Xs, rng.choice(np.array([-1.0, 1.0]), size=(2, 5)), Xs[0, 1], causal=True)
     )
     insts.append(A.random_instance(10, 5, 6, seed=9))
-    X, Y, z, v, allowed = _stack_instances(insts, masks=True)
-    assert allowed is not None and allowed[-1].all()
     lo = get_loss(loss)
-    fast = _TorchBatch(X, Y, z, v, lo, torch.device("cpu"), mask=allowed)
-    slow = _TorchBatch(X, Y, z, v, lo, torch.device("cpu"), fast=False, mask=allowed)
+    fast = BatchEngine.from_instances(insts, loss=lo)
+    slow = BatchEngine.from_instances(insts, loss=lo, path="log")
+    # unit-size data: the engine's iterates are the user's; the masks travel, the unmasked one has none
+    assert not fast.scale_exponents.any() and fast.engine_instance(len(insts) - 1).mask is None
+    assert all(np.array_equal(fast.engine_instance(b).allowed, i.allowed) for b, i in enumerate(insts))
     dirs = np.stack([np.einsum("id,ie->de", i.keys[:, 0], i.z) for i in insts])
     dirs /= np.linalg.norm(dirs, axis=(1, 2), keepdims=True)
     for scale in (0.0, 1.0, 10.0, 100.0, 300.0, 1000.0, 1e4, 1e5):
@@ -337,8 +339,8 @@ def test_engine_risk_and_tokens_on_masked_batches() -> None:
     """Oracle: A.risk (NumPy, the mask) and argmax of A.logits over the allowed tokens. The engine's risk
     and selected tokens at a random W, masked rows included."""
     insts = [_masked(s, junk=10.0) for s in range(3)]
-    X, Y, z, v, allowed = _stack_instances(insts, masks=True)
-    eng = _TorchBatch(X, Y, z, v, get_loss("logistic"), torch.device("cpu"), mask=allowed)
+    eng = BatchEngine.from_instances(insts)
+    assert not eng.scale_exponents.any()  # unit-size data: W is in the engine's scale too
     W = np.random.default_rng(0).standard_normal((3, 8, 8))
     r = eng.risk(torch.as_tensor(W)).numpy()
     l, _ = eng.log_s(torch.as_tensor(W))
@@ -368,29 +370,30 @@ def test_a_masked_instance_without_a_gradient_is_refused_like_run_gd() -> None:
     assert np.array_equal(bt.W, np.zeros((1, 4, 4))) and bt.saturated_at.tolist() == [1]
 
 
-def test_stacking_and_engine_check_their_masks() -> None:
-    """The private stacking refuses a masked instance unless the caller takes the masks (a caller that
-    dropped them would read every token); the engine refuses a malformed mask, and an all-True mask is
-    no mask (the unmasked engine, bit for bit)."""
+def test_engines_take_the_masks_and_check_them() -> None:
+    """The engine built from instances carries each instance's mask (masked and unmasked mixed: the
+    unmasked one has none); the array constructor refuses a malformed mask, and an all-True mask is no
+    mask (the unmasked engine, bit for bit; white-box: no mask pass is set up, ``_masked is None``)."""
     inst = _masked(0)
     plain = A.random_instance(4, 6, 8, seed=1)
-    with pytest.raises(InvalidInstanceError, match="does not support token masks"):
-        _stack_instances([plain, inst])
-    assert _stack_instances([plain], masks=True)[-1] is None
-    X, Y, z, v, allowed = _stack_instances([plain, inst], masks=True)
-    assert np.array_equal(allowed, np.stack([plain.allowed, inst.allowed]))
+    eng = BatchEngine.from_instances([plain, inst])
+    assert eng.engine_instance(0).mask is None
+    np.testing.assert_array_equal(eng.engine_instance(1).mask, inst.mask)
+    assert BatchEngine.from_instances([plain])._masked is None
+    X, Y, z, v = (np.stack([getattr(i, a) for i in (plain, inst)]) for a in ("keys", "Y", "z", "v"))
+    allowed = np.stack([plain.allowed, inst.allowed])
     lo = get_loss("logistic")
     with pytest.raises(InvalidInstanceError, match="shape"):
-        _TorchBatch(X, Y, z, v, lo, torch.device("cpu"), mask=allowed[:, :, :-1])
+        BatchEngine(X, Y, z, v, lo, torch.device("cpu"), mask=allowed[:, :, :-1])
     empty = allowed.copy()
     empty[1, 2] = False
     with pytest.raises(InvalidInstanceError, match="every token of sequence 2 of instance 1"):
-        _TorchBatch(X, Y, z, v, lo, torch.device("cpu"), mask=empty)
-    X1, Y1, z1, v1 = _stack_instances([plain])
+        BatchEngine(X, Y, z, v, lo, torch.device("cpu"), mask=empty)
+    X1, Y1, z1, v1 = (np.stack([getattr(plain, a)]) for a in ("X", "Y", "z", "v"))
     W = torch.as_tensor(np.random.default_rng(0).standard_normal((1, 8, 8)))
     for fast in (True, False):
-        a = _TorchBatch(X1, Y1, z1, v1, lo, torch.device("cpu"), fast=fast)
-        b = _TorchBatch(X1, Y1, z1, v1, lo, torch.device("cpu"), fast=fast, mask=np.ones((1, 4, 6), bool))
+        a = BatchEngine(X1, Y1, z1, v1, lo, torch.device("cpu"), fast=fast)
+        b = BatchEngine(X1, Y1, z1, v1, lo, torch.device("cpu"), fast=fast, mask=np.ones((1, 4, 6), bool))
         assert b._masked is None
         Da, la = (t.clone() for t in a.direction(W))
         Db, lb = (t.clone() for t in b.direction(W))
@@ -398,26 +401,30 @@ def test_stacking_and_engine_check_their_masks() -> None:
 
 
 def test_masked_tokens_are_zeroed_at_every_layer() -> None:
-    """Oracle: symmetry, layer by layer. The stacking hands the engine the keys (masked tokens zeroed), in
-    the moderate branch and in the rescaled one (data 2^±100 away from unit scale); the engine zeroes the
-    masked tokens of raw X itself (its direction, log-norm and risk are bit for bit those of the keys)."""
+    """Oracle: symmetry, layer by layer. The engine built from instances holds the keys (masked tokens
+    zeroed), in the moderate branch and in the rescaled one (data 2^±100 away from unit scale: the exponents
+    are not 0, the masks unchanged); the array constructor zeroes the masked tokens of raw X itself (its
+    direction, log-norm, refusals and risk are bit for bit those of the keys)."""
     insts = [_masked(0, junk=1e200), _masked(1, junk=1.0)]
-    X, *_ = _stack_instances(insts, masks=True)
-    assert all(np.array_equal(X[b], inst.keys) for b, inst in enumerate(insts))
-    Xr, *_, kb, allowed = _stack_instances(insts, rescale=True, masks=True)
-    assert np.array_equal(Xr, X) and not np.any(kb)
+    moderate = BatchEngine.from_instances(insts)
+    assert not moderate.scale_exponents.any()
+    assert all(np.array_equal(moderate.engine_instance(b).X, inst.keys) for b, inst in enumerate(insts))
     far = [A.Instance(i.X * 2.0**100, i.Y, i.v * 2.0**-100, i.z, mask=i.mask) for i in insts]
-    Xf, Yf, zf, vf, kf, allowed_f = _stack_instances(far, rescale=True, masks=True)
-    assert np.all(kf != 0) and np.array_equal(allowed_f, allowed)
+    scaled = BatchEngine.from_instances(far)
+    assert np.all(scaled.scale_exponents != 0)
     for b, inst in enumerate(far):
-        assert np.array_equal(Xf[b] == 0, ~inst.allowed[:, :, None] | (inst.keys == 0))
+        held = scaled.engine_instance(b)
+        np.testing.assert_array_equal(held.mask, inst.mask)
+        assert np.array_equal(held.X == 0, ~inst.allowed[:, :, None] | (inst.keys == 0))
     lo = get_loss("exponential")
+    X = np.stack([i.keys for i in insts])
     raw = np.stack([i.X for i in insts])
+    allowed = np.stack([i.allowed for i in insts])
     Y, z, v = (np.stack([getattr(i, a) for i in insts]) for a in ("Y", "z", "v"))
     W = torch.as_tensor(np.random.default_rng(0).standard_normal((2, 8, 8)))
     for fast in (True, False):
-        a = _TorchBatch(X, Y, z, v, lo, torch.device("cpu"), fast=fast, mask=allowed)
-        b = _TorchBatch(raw, Y, z, v, lo, torch.device("cpu"), fast=fast, mask=allowed)
+        a = BatchEngine(X, Y, z, v, lo, torch.device("cpu"), fast=fast, mask=allowed)
+        b = BatchEngine(raw, Y, z, v, lo, torch.device("cpu"), fast=fast, mask=allowed)
         Ga, ia, la, ca = (None if t is None else t.clone() for t in a.gradient(W))
         Gb, ib, lb, cb = (None if t is None else t.clone() for t in b.gradient(W))
         assert torch.equal(Ga * ia.view(2, 1, 1), Gb * ib.view(2, 1, 1)) and torch.equal(la, lb)
@@ -433,7 +440,7 @@ def test_an_underflowed_engine_risk_is_replaced_by_the_masked_single_form(
     """Oracle: run_gd's risks (A.risk with the mask). Where the engine's risk reads 0 (underflow),
     run_gd_batch records the single form's exact risk instead: it must be the masked one (a masked token
     read as a zero key with logit 0 would change it at these W)."""
-    monkeypatch.setattr(_TorchBatch, "risk", lambda self, W: torch.zeros(self.B, dtype=torch.float64))
+    monkeypatch.setattr(BatchEngine, "risk", lambda self, W: torch.zeros(self.B, dtype=torch.float64))
     insts = [_masked(s) for s in range(2)]
     bt = run_gd_batch(insts, 40, 0.1, record_at=10)
     for b, inst in enumerate(insts):
@@ -523,22 +530,24 @@ def test_masked_engine_direction_equals_the_single_form(case: tuple[A.Instance, 
         # as 3.4e-161 would otherwise make its products subnormal); the oracle reads the same arrays, at the
         # iterate W' = W·2^k_b that the rescaling maps W to.
         try:
-            X, Y, z, v, kb, allowed = _stack_instances([inst], rescale=True, masks=True)
+            engines = [BatchEngine.from_instances([inst], loss=lo, path=p) for p in ("auto", "log")]
         except NumericalError:
             # run_gd_batch and run_gd refuse it alike (token values vᵀx below the normal range): outside the claim
             event("discarded: run_gd_batch refuses the instance (its values are not normal doubles)")
             _tally["all"] += 1
             _tally["discarded"] += 1
             return
-        W = np.ldexp(W0, int(kb[0]))
-        mk = {} if allowed is None else {"mask": allowed[0]}
+        held = engines[0].engine_instance(0)  # the engine's data: rescaled, masked keys zeroed
+        W = np.ldexp(W0, int(engines[0].scale_exponents[0]))
+        assert np.array_equal(engines[0].to_engine_scale(torch.as_tensor(W0[None])).numpy()[0], W)
+        mk = {} if inst.mask is None else {"mask": inst.mask}
         try:
-            ref = normalized_risk_grad_of(X[0], Y[0], z[0], v[0], W, lo, **mk)
+            ref = normalized_risk_grad_of(held.X, held.Y, held.z, held.v, W, lo, **mk)
         except NumericalError:
             ref = None
         _tally["all"] += 1
-        for fast in (True, False):
-            eng = _TorchBatch(X, Y, z, v, lo, torch.device("cpu"), fast=fast, mask=allowed)
+        for eng in engines:
+            fast = eng.path == "auto"
             G, inv, log_norm, cancelled = eng.gradient(torch.as_tensor(W[None]))
             flagged = (cancelled is not None and bool(cancelled[0])) or (
                 eng.undetermined is not None and bool(eng.undetermined[0])
@@ -559,9 +568,7 @@ def test_masked_engine_direction_equals_the_single_form(case: tuple[A.Instance, 
             if (
                 err > RTOL_DIRECTION
                 and np.linalg.norm(
-                    _reversed_single(
-                        X[0], Y[0], z[0], v[0], None if allowed is None else allowed[0], W, lo
-                    ).direction
+                    _reversed_single(held.X, held.Y, held.z, held.v, inst.mask, W, lo).direction
                     - ref.direction
                 )
                 > SCREEN

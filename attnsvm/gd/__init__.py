@@ -7,11 +7,13 @@ from ._kq import KQTrajectory, run_gd_kq
 from ._metrics import RateFit, direction_corr, direction_gap, fit_rate
 from ._paths import PathPoint, PathStep, RegularizationPath, projected_path, regularization_path
 from ._single import GDRecord, GDTrajectory, default_record_steps, run_gd
+from ._torch_engine import BatchEngine
 
 __all__ = [
     "GDRecord",
     "GDTrajectory",
     "BatchTrajectory",
+    "BatchEngine",
     "PathPoint",
     "RegularizationPath",
     "KQTrajectory",

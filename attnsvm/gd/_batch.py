@@ -19,21 +19,22 @@ from numpy.typing import ArrayLike, NDArray
 from .._deps import require
 from .._types import FloatArray
 from .._validation import as_real_array, check_int, check_positive
-from ..errors import AttnSVMError, InvalidInstanceError, NumericalError
+from ..errors import InvalidInstanceError, NumericalError
 from ..model._grad import (
     CANCELLED_MESSAGE,
     risk_of,
 )
-from ..model._instance import Instance, require_unmasked
-from ..model._losses import LossLike, get_loss
+from ..model._instance import Instance
+from ..model._losses import LossLike
 from ..scaling import (
+    FLOAT_MAX,
     FLOAT_TINY,
-    pow2_exponent,
+    LOG_FLOAT_MAX,
 )
 from ._metrics import _fro, direction_corr, direction_gap
-from ._scaled import _LN2, _TINY, _check_iterate, _pow2_factors, _rescale, _to_logit_scale
+from ._scaled import _LN2, _TINY, _check_iterate, _logit_bound, _rescale, _to_logit_scale
 from ._single import _loss_name, record_steps
-from ._torch_engine import _TorchBatch
+from ._torch_engine import BatchEngine
 
 
 # ===================================================================== batched engine
@@ -73,100 +74,6 @@ class BatchTrajectory:
         return self.tokens[-1]
 
 
-def _torch_device(device: Any) -> Any:
-    import torch
-
-    if device is None:
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise AttnSVMError(
-            f"device {device!r} is not a torch device name; use 'cpu' or 'cuda' ({exc})"
-        ) from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise AttnSVMError(
-                f"device {device!r} was requested but CUDA is not available to torch on this machine "
-                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda}); use device='cpu'"
-            )
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise AttnSVMError(
-                f"device {device!r} does not exist; torch sees {torch.cuda.device_count()} CUDA device(s)"
-            )
-    elif dev.type != "cpu":
-        raise AttnSVMError(f"device {device!r} is not supported; use 'cpu' or 'cuda'")
-    return dev
-
-
-#: Data whose largest entries lie within 2^±_MODERATE need no rescaling in the batched engine.
-_MODERATE = 64
-
-
-def _stack_instances(instances: Sequence[Instance], *, rescale: bool = False, masks: bool = False) -> Any:
-    """``(X, Y, z, v)`` stacked; with ``rescale=True`` each instance as :func:`_rescale` gives it, and
-    the exponents ``k_b`` (``W'_b = W_b·2^k_b``) as a fifth array.
-
-    ``X`` holds the keys (:attr:`Instance.keys`: the masked tokens zeroed, ``X`` itself without a mask).
-    With ``masks=True`` the token masks come last: a boolean ``(B, n, T)`` array (``True`` = the token
-    takes part; all ``True`` rows for an unmasked instance), or ``None`` when no instance has a mask.
-    Without it a masked instance is refused (a caller that drops the mask would read every token).
-    """
-    if isinstance(instances, Instance):
-        raise AttnSVMError("run_gd_batch takes a sequence of instances; wrap a single one in a list")
-    try:
-        items = list(instances)
-    except TypeError:
-        raise AttnSVMError(
-            f"instances must be a sequence of Instance; got {type(instances).__name__}"
-        ) from None
-    if not items:
-        raise AttnSVMError("instances is empty; pass at least one Instance")
-    for i, it in enumerate(items):
-        if not isinstance(it, Instance):
-            raise AttnSVMError(f"instances[{i}] is a {type(it).__name__}, not an attnsvm Instance")
-        if not masks:
-            require_unmasked(it, f"_stack_instances without masks=True (instances[{i}])")
-    shape = items[0].shape
-    for i, it in enumerate(items):
-        if it.shape != shape:
-            raise AttnSVMError(
-                f"instances must share one shape (n, T, d) to be batched; instances[0] has {shape}, "
-                f"instances[{i}] has {it.shape}. Group instances by shape and call run_gd_batch per group."
-            )
-    tail: tuple[Any, ...] = ()
-    if masks:
-        any_mask = any(it.mask is not None for it in items)
-        tail = (np.stack([it.allowed for it in items]) if any_mask else None,)
-    if rescale:
-        scs = [_rescale(it) for it in items]
-        if all(
-            abs(pow2_exponent(it.keys)) <= _MODERATE and abs(pow2_exponent(it.z)) <= _MODERATE for it in items
-        ):
-            # moderate data (entries within 2^±64): the engine's own ranges suffice; no per-step
-            # rescaling of W (the throughput of the common case is unchanged)
-            X = np.stack([it.keys for it in items])
-            return (
-                X,
-                np.stack([it.Y for it in items]),
-                np.stack([it.z for it in items]),
-                np.stack([it.v for it in items]),
-                np.zeros(len(items), dtype=np.int64),
-            ) + tail
-        return (
-            np.stack([c.X for c in scs]),
-            np.stack([c.Y for c in scs]),
-            np.stack([c.z for c in scs]),
-            np.stack([c.v for c in scs]),
-            np.array([c.k for c in scs], dtype=np.int64),
-        ) + tail
-    X = np.stack([it.keys for it in items])
-    Y = np.stack([it.Y for it in items])
-    z = np.stack([it.z for it in items])
-    v = np.stack([it.v for it in items])
-    return (X, Y, z, v) + tail
-
-
 def _batch_matrices(arg: ArrayLike | None, B: int, d: int, name: str) -> FloatArray | None:
     if arg is None:
         return None
@@ -178,6 +85,44 @@ def _batch_matrices(arg: ArrayLike | None, B: int, d: int, name: str) -> FloatAr
             f"{name} must have shape (d, d) = ({d}, {d}) or (B, d, d) = ({B}, {d}, {d}); got {arr.shape}"
         )
     return np.array(arr)
+
+
+def _max_abs(Wn: FloatArray) -> FloatArray:
+    """``max |W_b|`` per matrix of a ``(B, d, d)`` array, shape ``(B,)``."""
+    return np.max(np.abs(Wn), axis=(1, 2), initial=0.0)
+
+
+def _check_iterates(Wn: FloatArray, what: str) -> None:
+    """:func:`_check_iterate` of every ``Wn[b]`` (``what`` formatted with ``b``), vectorised: the scalar check
+    runs only on the matrices whose largest entry is not 0 or a normal double (it raises there)."""
+    m = _max_abs(Wn)
+    ok = (m == 0.0) | ((m >= FLOAT_TINY) & (m <= FLOAT_MAX))  # _check_iterate's acceptance; NaN fails
+    for b in map(int, np.flatnonzero(~ok)):
+        _check_iterate(Wn[b], what.format(b=b))
+
+
+def _fro_batch(Wn: FloatArray) -> FloatArray:
+    """``[_fro(W_b) for b]`` of a C-contiguous ``(B, d, d)`` array, bit for bit, in a few vectorised passes.
+
+    The same operations as :func:`attnsvm.gd._metrics._fro` per matrix: ``m = max|W_b|``, ``e`` its
+    ``frexp`` exponent, ``r = sqrt(Σ (W_b·2^−e)²)`` (NumPy's summation over the ``d²`` contiguous entries of
+    each matrix is the one it applies to a single matrix) and ``r·2^e``; matrices that are 0 or not finite
+    give ``m``, and those whose norm may leave the range (within ``1e-9`` of ``LOG_FLOAT_MAX``) go through
+    :func:`_fro` itself (which raises the contract's error where the norm is no double).
+    """
+    m = _max_abs(Wn)
+    out = m.copy()
+    live = (m > 0.0) & np.isfinite(m)
+    e = np.frexp(np.where(live, m, 1.0))[1]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # the entries not live are unused
+        Ws = np.ldexp(Wn, -e[:, None, None])
+        r = np.sqrt(np.sum(Ws * Ws, axis=(1, 2)))
+        near = live & ~(np.log(r) + e * _LN2 <= LOG_FLOAT_MAX - 1e-9)
+    fine = live & ~near
+    out[fine] = np.ldexp(r[fine], e[fine])
+    for b in map(int, np.flatnonzero(near)):
+        out[b] = _fro(Wn[b])
+    return out
 
 
 def _undetermined_message(i: int, df: float) -> str:
@@ -246,7 +191,8 @@ def run_gd_batch(
     Scale: as :func:`run_gd` (each instance rescaled by its own powers of two; the same errors, per
     instance, at record steps and where a step fails); an instance whose sequences differ wildly in size
     (keys or query below 2^−64, or terms ``a·x zᵀ`` beyond 2^±800) runs the log-domain path on each
-    sequence scaled by its own powers of two, as the single form does (``_TorchBatch._init_mixed``); agrees with :func:`run_gd` to ~1e-8 relative
+    sequence scaled by its own powers of two, as the single form does (``BatchEngine._init_mixed``); agrees
+    with :func:`run_gd` to ~1e-8 relative
     (measured ≤ 1e-13) at every scale where float64 determines the direction (the rounding of the
     values and logits moves it by less than 1e-11), and refuses where :func:`run_gd` does.
 
@@ -262,10 +208,10 @@ def run_gd_batch(
 
     steps = check_int(steps, "steps")
     lr = check_positive(lr, "lr", meaning="the step size η")
-    lo = get_loss(loss)
-    dev = _torch_device(device)
-    X, Y, z, v, kb, allowed = _stack_instances(instances, rescale=True, masks=True)
-    B, n, T, d = X.shape
+    # validation, stacking, masks and the exact power-of-two rescaling (W'_b = W_b·2^k_b): the engine's
+    eng = BatchEngine.from_instances(instances, loss=loss, device=device, path="auto" if fast_path else "log")
+    lo, dev, kb = eng.lo, eng.device, eng.scale_exponents
+    B, d = eng.B, eng.d
     W0a = _batch_matrices(W0, B, d, "W0")
     ref = _batch_matrices(reference, B, d, "reference")
     if ref is not None:
@@ -273,38 +219,42 @@ def run_gd_batch(
         if zero.size:
             raise InvalidInstanceError(f"reference[{zero[0]}] is the zero matrix; it has no direction")
     if W0a is not None:
-        for b in range(B):
-            _check_iterate(W0a[b], f"W0[{b}]")
+        _check_iterates(W0a, "W0[{b}]")
     at = record_steps(record_at, steps)
     rec_set = {int(s) for s in at}
     # The engine runs on the rescaled data (see _Scaled): instance b's logits are x'ᵀ W'_b z' with
     # W'_b = W_b·2^k_b. The iterate stays in the user's scale (W_b: representable whenever the answer
     # is) and W' is formed from it before each step by exact powers of two (skipped when every k_b = 0).
-    eng = _TorchBatch(X, Y, z, v, lo, dev, fast=fast_path, mask=allowed)
     W = (
         torch.zeros((B, d, d), dtype=torch.float64, device=dev)
         if W0a is None
         else torch.as_tensor(W0a, device=dev)
     )
     k_shift = torch.as_tensor(kb * _LN2, dtype=torch.float64, device=dev)  # log of 2^k_b
-    factors = [torch.as_tensor(f, dtype=torch.float64, device=dev).view(B, 1, 1) for f in _pow2_factors(kb)]
-    Wp = torch.empty((B, d, d), dtype=torch.float64, device=dev) if factors else None
-    scales = [_rescale(it) for it in instances]  # the true data scale, for the logit-range check
+    Wp = torch.empty((B, d, d), dtype=torch.float64, device=dev) if kb.any() else None
+    # The true data scale of each instance (its _Scaled.k = ex + ez, for the logit-range check): the
+    # engine's exponent plus those of the data it holds (max|X'|, max|z'| in [½, 1) where it rescaled, the
+    # raw keys and queries where it did not). The _Scaled itself only where a check needs it (rare).
+    items = list(instances)
+    xt = eng.Xt
+    x_max = torch.maximum(xt.amax(dim=(0, 1, 3)), xt.amin(dim=(0, 1, 3)).neg()).cpu().numpy()
+    z_max = torch.maximum(eng.zB.amax(dim=(1, 2)), eng.zB.amin(dim=(1, 2)).neg()).cpu().numpy()
+    k_data = kb + np.frexp(x_max)[1] + np.frexp(z_max)[1]  # frexp(0) = (0, 0), as pow2_exponent
+    log_logit_bound = math.log(_logit_bound(d))
 
     def logit_scale(Wc: Any) -> Any:
-        if Wp is None:
-            return Wc
-        torch.mul(Wc, factors[0], out=Wp)
-        for f in factors[1:]:
-            Wp.mul_(f)
-        return Wp
+        return eng.to_engine_scale(Wc, out=Wp)  # W' = W·2^k into one reused buffer (W itself if k = 0)
 
     def check_logits(Wc: Any, t: int) -> None:
-        # the contract's error for logits out of range (else a NaN would read as a cancellation)
+        # the contract's error for logits out of range (else a NaN would read as a cancellation): the
+        # scalar check (_to_logit_scale) of every instance whose max|W| is not clear of its bound by 1e-9
         Wn_ = Wc.cpu().numpy()
-        for b in range(B):
+        m = _max_abs(Wn_)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            near = (m > 0) & ~(np.log(m) + k_data * _LN2 <= log_logit_bound - 1e-9)
+        for b in map(int, np.flatnonzero(near)):
             try:
-                _to_logit_scale(scales[b], Wn_[b], f"W_{t}")
+                _to_logit_scale(_rescale(items[b]), Wn_[b], f"W_{t}")
             except NumericalError as exc:
                 raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
 
@@ -349,12 +299,11 @@ def run_gd_batch(
             check(t, log_norm)
             check_logits(W, t)  # the logit bound of run_gd, at every record (the last step included)
             Wn = W.cpu().numpy().copy()
-            for b in range(B):
-                _check_iterate(Wn[b], f"the iterate W_{t} of instance {b}")
-            logits, _ = eng.log_s(logit_scale(W))
+            _check_iterates(Wn, f"the iterate W_{t} of instance {{b}}")
+            logits, log_s = eng.log_s(logit_scale(W))
             rec["steps"].append(t)
-            rec["norms"].append(np.array([_fro(Wn[b]) for b in range(B)]))
-            risk = eng.risk(logit_scale(W))
+            rec["norms"].append(_fro_batch(Wn))
+            risk = eng._risk_of_log_s(log_s)  # eng.risk at the same W', without forming the logits again
             if not bool(torch.isfinite(risk).all()):
                 raise NumericalError(f"the risk is not finite at step {t}; check the loss")
             risk_np = risk.cpu().numpy()
@@ -362,7 +311,7 @@ def run_gd_batch(
             # single form's exact value there (log-domain, refusing a risk below the normal range
             # as run_gd does) instead of recording a 0 whose truth is not 0.
             for b in map(int, np.flatnonzero(np.abs(risk_np) < FLOAT_TINY)):
-                sc = scales[b]
+                sc = _rescale(items[b])
                 try:
                     Wb = _to_logit_scale(sc, Wn[b], f"W_{t}")
                     risk_np[b] = risk_of(sc.X, sc.Y, sc.z, sc.v, Wb, lo, **sc.mask_kw)

@@ -8,26 +8,78 @@ instance), with token masks (different masks per instance, masked and unmasked m
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from .._deps import require
 from .._types import FloatArray
-from ..errors import InvalidInstanceError, NumericalError
+from ..errors import AttnSVMError, InvalidInstanceError, NumericalError, unknown_name
 from ..model._grad import (
     CANCELLATION_FACTOR,
     NEGLIGIBLE_LOG,
 )
-from ..model._losses import Loss, _logistic_derivative, correlation, logistic
+from ..model._instance import Instance
+from ..model._losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
 from ..scaling import (
     EPS as _EPS,
 )
-from ._scaled import _LN2, _TINY
+from ._scaled import _LN2, _TINY, _pow2_factors
+from ._stack import _stack_instances, _torch_device
 
 
-class _TorchBatch:
-    """Stacked data on a device and the batched closed-form direction (no autograd).
+class BatchEngine:
+    """The batched engine: ``B`` equal-shaped instances on one torch device and the normalized direction of
+    each one's risk gradient, in closed form (no autograd), float64.
+
+    What it computes. For instance ``b`` (keys ``x_it``, labels ``Y_i``, queries ``z_i``, value head ``v``)
+    and a ``d × d`` matrix ``W_b``: logits ``l_it = x_itᵀ W_b z_i`` (:meth:`logits`), attention
+    ``s_i = softmax_t(l_i·)``, outputs ``f_i = Σ_t s_it a_it`` with token values ``a_it = vᵀx_it``, the
+    risk ``L(W_b) = (1/n) Σ_i ℓ(Y_i f_i)`` (:meth:`risk`) and
+
+        ∇L(W_b) = (1/n) Σ_i Σ_t w_it x_it z_iᵀ,    w_it = ℓ'(Y_i f_i) Y_i s_it (a_it − f_i),
+        D_b = ∇L(W_b) / ||∇L(W_b)||_F   and   log||∇L(W_b)||_F        (:meth:`direction`),
+
+    the quantities of :func:`attnsvm.normalized_risk_grad`, for every instance at once; one GD step
+    ``W_b ← W_b − η D_b`` (normalized) or ``W_b ← W_b − η ∇L(W_b)`` (plain) is :meth:`step_`. The weights
+    are formed without cancellation (``a_it − f_i`` as ``Σ_u s_iu (a_it − a_iu)`` around a selected token).
+
+    Two paths to ``D``, chosen per call and per instance; they agree to ~1e-14 (measured ≤ 7e-14 from
+    ``||W|| = 0`` to far past the underflow of ``∇L``), so the choice does not show in the iterates:
+
+    * the fast path (linear domain, about half the passes; :meth:`_direction_fast`): ``E_it = e^{l_it −
+      max_u l_iu}`` and ``w_it = E_it (α_i δ_it − α_i ψ_i/S_i)`` with ``α_i = ℓ'_i/S_i``, accepted for an
+      instance whose largest weight is finite, ``≥ FAST_MIN_WEIGHT`` and far above what a subnormal factor
+      could contribute;
+    * the log-domain path (:meth:`_direction_log`), exact at any ``||W||``: ``w_it = −sign(ℓ'_i) A_i c_it``
+      with ``A_i = |ℓ'_i| e^{m_i}`` (the factor that underflows) kept as a logarithm and each instance's
+      largest factored out before it is exponentiated.
+
+    ``path="auto"`` (``fast=True``) tries the fast path and recomputes by the log-domain path the instances
+    it cannot certify; once more than ``LOG_FRACTION`` of the batch needed that, the next calls use the
+    log-domain path for the whole batch, retrying the fast path every ``LOG_RETRY`` calls. Instances whose
+    sequences differ wildly in size always take the log-domain path (:meth:`_init_mixed`). ``path="log"``
+    (``fast=False``) takes the log-domain path at every call (for testing and timing the two). After each
+    call :attr:`log_path` says which instances took the log-domain path; :attr:`stats` counts the calls by
+    path ("fast": whole batch, "log": whole batch, "mixed": fast path with a log-domain subset).
+
+    Scale. :meth:`from_instances` gives the engine each instance rescaled by exact powers of two, as every
+    engine computes (:mod:`attnsvm.gd._scaled`): ``X' = X·2^−ex``, ``z' = z·2^−ez``, ``v' = v·2^ex``, so that
+    ``x'ᵀ W' z' = xᵀ W z`` with ``W'_b = W_b·2^k_b``, ``k_b = ex + ez`` (:attr:`scale_exponents`; 0 for every
+    instance when all keys and queries lie within ``2^±64``: the two scales then coincide). Every method
+    takes and returns ``W`` in the engine's scale ``W'``; :meth:`to_engine_scale` and :meth:`to_user_scale`
+    map iterates exactly (powers of two). The direction is the same in both scales, the logits, risk and
+    refusals are scale-free, and ``log||∇_W L(W_b)|| = log||∇_{W'} L(W'_b)|| + k_b ln 2``: a GD step in the
+    user's scale is ``W_b ← W_b − η D_b`` with ``D`` computed at ``W' = to_engine_scale(W)`` (what
+    :func:`attnsvm.gd.run_gd_batch` does). :meth:`engine_instance` is instance ``b`` as the engine holds it.
+
+    Construction. :meth:`from_instances` (validated; the way in for users). The constructor
+    ``BatchEngine(X, Y, z, v, lo, device, fast=True, *, mask=None)`` takes stacked arrays as they are
+    (``X`` ``(B, n, T, d)``, ``Y`` ``(B, n)``, ``z`` ``(B, n, d)``, ``v`` ``(B, d)``, a resolved loss, a
+    ``torch.device``; ``mask`` below): it checks only the mask and does not rescale
+    (:attr:`scale_exponents` = 0), for callers that hold stacked float64 data of moderate size.
 
     Layout is token-major and feature-major: ``Xt[t, k, b, i] = X_b[i, t, k]`` (shape
     ``(T, d, B, n)``), per-token arrays ``(T, B, n)``. Reductions over tokens are then
@@ -197,13 +249,20 @@ class _TorchBatch:
         # Rows compared as d·8 raw bytes ((B, n, T, T), not (…, d)); + 0.0 turns −0 into +0, so that the
         # test is the single form's X_t == X_u.
         Xn = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
-        rows = Xn.view(np.dtype((np.void, 8 * d)))[..., 0]  # (B, n, T)
-        same = rows[:, :, :, None] == rows[:, :, None, :]  # (B, n, T, T)
-        if allowed is not None:
-            # a masked token is no token of its sequence: its zeroed key is nobody's copy (its own class)
-            same &= allowed[:, :, :, None] & allowed[:, :, None, :]
-            same |= np.eye(T, dtype=bool)
-        cls = np.argmax(same, axis=-1)  # (B, n, T): first equal token
+        # Equal first features are necessary for equal rows (finite data: bitwise equality after + 0.0 is
+        # float equality): where no two tokens of a sequence share it (the usual case, one cheap pass),
+        # every token is its own class, as the full test below would find (masked or not).
+        x0 = Xn[..., 0]  # (B, n, T)
+        if int(np.count_nonzero(x0[:, :, :, None] == x0[:, :, None, :])) == x0.size:
+            cls = np.broadcast_to(np.arange(T), x0.shape).copy()  # only t == u matched
+        else:
+            rows = Xn.view(np.dtype((np.void, 8 * d)))[..., 0]  # (B, n, T)
+            same = rows[:, :, :, None] == rows[:, :, None, :]  # (B, n, T, T)
+            if allowed is not None:
+                # a masked token is no token of its sequence: its zeroed key is nobody's copy (its own class)
+                same &= allowed[:, :, :, None] & allowed[:, :, None, :]
+                same |= np.eye(T, dtype=bool)
+            cls = np.argmax(same, axis=-1)  # (B, n, T): first equal token
         self._has_dup = bool(np.any(cls != np.arange(T)))
         self._cls = torch.as_tensor(np.ascontiguousarray(cls.transpose(2, 0, 1)), **kw)  # (T, B, n)
         # ℓ'(Y f) is undetermined where κ·δf > 1 (grad._output_spread); not for the correlation loss.
@@ -213,6 +272,129 @@ class _TorchBatch:
         self.undetermined: Any | None = None
         self.undetermined_detail: dict[int, tuple[int, float]] = {}
         self._init_mixed(np.asarray(X, dtype=np.float64), np.asarray(z, dtype=np.float64), np.asarray(v), kw)
+        #: the torch device the data live on, as requested (``cuda`` stays ``cuda`` in run_gd_batch's record)
+        self.device = torch.device(device)
+        self._v = np.array(v, dtype=np.float64)  # (B, d), for engine_instance
+        self._set_scale(np.zeros(B, dtype=np.int64))  # stacked data as given: no rescaling
+        self._last_log: Any = None  # the last call's log-domain instances (see log_path)
+
+    #: The values of ``path`` (:meth:`from_instances`): "auto" (fast path where it is exact, log-domain
+    #: path elsewhere) and "log" (log-domain path everywhere).
+    PATHS = ("auto", "log")
+
+    @classmethod
+    def from_instances(
+        cls,
+        instances: Sequence[Instance],
+        *,
+        loss: str | LossLike = "logistic",
+        device: Any = None,
+        path: str = "auto",
+    ) -> BatchEngine:
+        """The engine of ``instances``, validated, stacked and rescaled as in :func:`attnsvm.gd.run_gd_batch`.
+
+        Each instance is rescaled by exact powers of two (``x'ᵀ W' z' = xᵀ W z`` with ``W'_b = W_b·2^k_b``,
+        :attr:`scale_exponents`; ``k = 0`` for the whole batch when every key and query lies within
+        ``2^±64``), its masked keys zeroed and its mask kept (instances of one batch may have different
+        masks, or none).
+
+        Args:
+          instances: a non-empty sequence of :class:`~attnsvm.Instance` of one shape ``(n, T, d)``.
+          loss: ``"logistic"``, ``"exponential"``, ``"correlation"`` or a loss object (as in
+            :func:`attnsvm.gd.run_gd`).
+          device: ``None``/``"cpu"``, ``"cuda"`` or ``"cuda:i"`` (refused when CUDA or the index is missing).
+          path: ``"auto"`` (the fast path where it is exact, the log-domain path elsewhere) or ``"log"``
+            (the log-domain path at every call); see the class docstring.
+
+        Raises:
+          AttnSVMError: not a non-empty sequence of instances of one shape, or a device torch cannot use.
+          UnknownNameError: an unknown loss or path name.
+          NumericalError: an instance whose token values are not normal doubles (as in
+            :func:`attnsvm.gd.run_gd`).
+          MissingDependencyError: torch is not installed (the ``torch`` extra).
+        """
+        require("torch", feature="BatchEngine (the batched torch engine)")  # pragma: no mutate
+        lo = get_loss(loss)
+        if not isinstance(path, str) or path not in cls.PATHS:
+            raise unknown_name("path", path, cls.PATHS)
+        dev = _torch_device(device)
+        X, Y, z, v, k, allowed = _stack_instances(instances)
+        eng = cls(X, Y, z, v, lo, dev, fast=path == "auto", mask=allowed)
+        eng._set_scale(k)
+        return eng
+
+    def _set_scale(self, k: NDArray[np.int64]) -> None:
+        """Record the exponents ``k_b`` (``W'_b = W_b·2^k_b``) and the powers of two that map ``W``."""
+        torch = self.torch
+        k = np.array(k, dtype=np.int64)
+        k.setflags(write=False)
+        self._scale_exponents = k
+
+        def factors(e: NDArray[np.int64]) -> list[Any]:
+            kw: dict[str, Any] = {"dtype": torch.float64, "device": self.device}
+            return [torch.as_tensor(f, **kw).view(self.B, 1, 1) for f in _pow2_factors(e)]
+
+        self._up, self._down = factors(k), factors(-k)
+
+    @property
+    def scale_exponents(self) -> NDArray[np.int64]:
+        """``k_b`` per instance, shape ``(B,)``, read-only: the engine's iterate is ``W'_b = W_b·2^k_b``."""
+        return self._scale_exponents
+
+    @property
+    def path(self) -> str:
+        """``"auto"`` or ``"log"`` (see :meth:`from_instances`)."""
+        return "auto" if self.fast else "log"
+
+    def to_engine_scale(self, W: Any, *, out: Any | None = None) -> Any:
+        """``W'_b = W_b·2^k_b`` (``(B, d, d)`` float64 tensor on :attr:`device`), by exact powers of two.
+
+        Returns ``W`` itself when every ``k_b = 0`` (no copy, no cost); otherwise a new tensor, or ``out``
+        (a ``(B, d, d)`` buffer, reused across steps). Exact while ``W'`` is a normal double.
+        """
+        if not self._up:
+            return W
+        out = self.torch.mul(W, self._up[0], out=out)
+        for f in self._up[1:]:
+            out.mul_(f)
+        return out
+
+    def to_user_scale(self, W: Any) -> Any:
+        """``W_b = W'_b·2^−k_b``, the inverse of :meth:`to_engine_scale` (``W'`` itself if every k_b = 0)."""
+        if not self._down:
+            return W
+        out = W * self._down[0]
+        for f in self._down[1:]:
+            out.mul_(f)
+        return out
+
+    def engine_instance(self, b: int) -> Instance:
+        """Instance ``b`` as the engine holds it: ``X'`` (masked keys zeroed), ``Y``, ``v'``, ``z'`` and its
+        mask; its logits at ``W'_b`` are the user's instance's at ``W_b``, its token values the same."""
+        if not isinstance(b, (int, np.integer)) or not 0 <= int(b) < self.B:
+            raise AttnSVMError(f"instance index must be an integer in [0, {self.B}); got {b!r}")
+        b = int(b)
+        X = self.Xt[:, :, b].permute(2, 0, 1).cpu().numpy()  # (n, T, d)
+        mask = None
+        if self._allowed is not None:
+            allowed = self._allowed[:, b].T.cpu().numpy()
+            mask = None if allowed.all() else allowed
+        z, Y = self.zB[b].cpu().numpy(), self.Y[b].cpu().numpy()
+        return Instance(X, Y, self._v[b], z, mask=mask)
+
+    @property
+    def log_path(self) -> NDArray[np.bool_]:
+        """Which instances took the log-domain path at the last call of :meth:`direction`,
+        :meth:`gradient` or :meth:`step_`: a boolean ``(B,)`` array (``True``: log-domain path)."""
+        last = self._last_log
+        if last is None:
+            raise AttnSVMError(
+                "log_path is known after a call of direction, gradient or step_; call one first"
+            )
+        out = np.full(self.B, last is True)
+        if not isinstance(last, bool):
+            out[last.cpu().numpy()] = True  # the log-domain subset of a mixed call
+        return out
 
     #: Mixed-magnitude data (see :meth:`_init_mixed`): a live sequence whose keys or query have their
     #: largest entry below ``2^−SEQ_MODERATE``, or whose terms ``c·x zᵀ`` (``c`` of the size of its values,
@@ -306,7 +488,8 @@ class _TorchBatch:
         largest entry is ≥ ``NORM_TINY`` (bit-for-bit the plain norm), ``2^e ||A·2^−e||`` for smaller rows."""
         torch = self.torch
         nrm = torch.linalg.vector_norm(A, dim=dim)
-        big = A.abs().amax(dim=dim)
+        # max|A| as max(max A, −min A): the same number, without a temporary of A's size
+        big = torch.maximum(A.amax(dim=dim), A.amin(dim=dim).neg_())
         tiny = (big > 0) & (big < self.NORM_TINY)
         if bool(tiny.any()):
             # 2^−e in two factors (e ≥ −1073: 2^−e alone may not be a double); 2^e is one (≥ 2^−1073)
@@ -593,7 +776,7 @@ class _TorchBatch:
         if single:
             l1 = lm.amax(dim=0)  # runner-up (outside Z = {r})
             Z = lm.sub_(torch.where(torch.isfinite(l1), l1, 0.0) if masked else l1)  # l_u − l' ≤ 0, −inf at r
-            E = torch.exp(Z)  # the runner-up's is 1: the weights that matter do not underflow
+            E = Z.exp_()  # the runner-up's is 1: the weights that matter do not underflow (Z is spent)
             sum_nr = E.sum(dim=0)  # Σ_{u≠r} e^{l_u − l'} ≥ 1
             lse = torch.log1p(torch.exp(l1 - lr) * sum_nr)  # lse_i − l_ir = log Σ_t e^{l_t − l_r}
             # log N_i = log Σ_{u ∉ dup(r)} s_iu: Z = {r}, so r has no duplicate (a copy scores alike)
@@ -610,8 +793,9 @@ class _TorchBatch:
             lo = torch.where(in_z, -math.inf, l)  # the logits outside Z
             l1 = lo.amax(dim=0)  # −inf when every token scores alike
             Z = lo.sub_(torch.where(torch.isfinite(l1), l1, torch.zeros_like(l1)))  # −inf on Z
-            E = torch.exp(Z)
-        psi = (E * delta).sum(dim=0)  # Σ_{u∉Z} E_u δ_u
+            E = Z.exp_()
+        # Σ_{u∉Z} E_u δ_u (the whole batch: the product in the reused scratch buffer, no allocation)
+        psi = (torch.mul(E, delta, out=self._P) if idx is None else E * delta).sum(dim=0)
         m = l1 - lr - lse  # log s at l' (−inf when every token scores alike: ψ = 0 then)
         em = torch.exp(m)
         # Cancellation-free margin: Y_i f_i = γ_ir + Σ_u s_iu δ_iu = γ_ir + e^{m_i} ψ_i.
@@ -649,7 +833,8 @@ class _TorchBatch:
         # c is O(δ), the size of the token values: tiny values (≲ 1e-154) would underflow Σ G² to 0
         # and read as a cancellation. Scale G by 2^−e with max|G| = m·2^e first (exact), and the
         # rounding level with it; e = 0 where G = 0.
-        e = torch.frexp(G.abs().amax(dim=(1, 2))).exponent
+        # (max|G| as max(max G, −min G): the same number, without a temporary of G's size)
+        e = torch.frexp(torch.maximum(G.amax(dim=(1, 2)), G.amin(dim=(1, 2)).neg_())).exponent
         G.mul_(torch.ldexp(torch.ones_like(top), -e).view(B, 1, 1))
         nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
         # below the rounding level of its own sum (scaled as G): noise, not a direction; G's units are
@@ -811,20 +996,24 @@ class _TorchBatch:
         self._check_undetermined(W, l)  # the single form's undetermined-ℓ' refusal, per instance
         if use_log:
             self.stats["log"] += 1
+            self._last_log = True
             D, log_norm, cancelled = self._direction_log(l, None, self._y)
             return D, torch.ones_like(log_norm), log_norm, cancelled
         G, inv, log_norm, ok, cancelled = self._direction_fast(l)
         if ok is None or bool(ok.all()):
             self.stats["fast"] += 1
+            self._last_log = False
             return G, inv, log_norm, cancelled
         n_bad = B - int(ok.sum())
         if n_bad > self.LOG_FRACTION * B:
             self._log_streak = self.LOG_RETRY - 1
             self.stats["log"] += 1
+            self._last_log = True
             D, log_norm, cancelled = self._direction_log(l, None, self._y)
             return D, torch.ones_like(log_norm), log_norm, cancelled
         self.stats["mixed"] += 1
         idx = torch.nonzero(~ok).squeeze(1)
+        self._last_log = idx
         D_s, ln_s, c_s = self._direction_log(l.index_select(1, idx), idx)
         G[idx] = D_s
         inv[idx] = 1.0
@@ -882,6 +1071,14 @@ class _TorchBatch:
         return parts[2]
 
     def risk(self, W: Any) -> Any:
-        _, log_s = self.log_s(W)
+        """``L(W_b) = (1/n) Σ_i ℓ(Y_i f_i)``, ``f_i = Σ_t s_it a_it``, per instance: shape ``(B,)``, a new tensor.
+
+        Formed from ``log s`` (log-sum-exp, no overflow); a risk below the normal range may read 0 (its
+        ``e^{log s}`` underflows): :func:`attnsvm.gd.run_gd_batch` takes the single form's exact value there.
+        """
+        return self._risk_of_log_s(self.log_s(W)[1])
+
+    def _risk_of_log_s(self, log_s: Any) -> Any:
+        """:meth:`risk` from ``log s`` (the second element of :meth:`log_s` at the same ``W``)."""
         f = (self.torch.exp(log_s) * self.a).sum(dim=0)
         return self.lo.value(self.Y * f).mean(dim=-1)
