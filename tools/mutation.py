@@ -12,7 +12,7 @@ What it does:
 1. copies the working tree (tracked and untracked-but-not-ignored files) into
    ``build/mutation/<module>/`` so that a run never touches the checkout;
 2. writes a ``[tool.mutmut]`` section into the copy's ``pyproject.toml`` that mutates only
-   the module's file (:data:`PATHS`) and runs only that module's test selection (:data:`TESTS`; unit tests,
+   the module's files (:data:`PATHS`: one file, or the files a module was split into) and runs only that module's test selection (:data:`TESTS`; unit tests,
    property suites in the ``mutation`` profile: ci with a quarter of the examples);
 3. generates the mutants, draws the sample (``random.Random(seed).sample`` over the sorted mutant
    names, so a sample is reproducible from its seed), runs mutmut on exactly those;
@@ -34,6 +34,12 @@ the union stays a uniform sample in expectation. It refuses when the module's co
 (constants, imports, class attributes: :func:`context_hash`) changed. What it cannot see: a mutant of an
 unchanged function whose outcome depends on a changed one; run the whole sample again before stating a
 final score (``--rerun`` runs the recorded sample again, whole).
+
+A key's code is read as one, whichever of its files holds each definition (:func:`_key_statements`), and a
+previous result's mutants are matched by their local name (:func:`canonical_mutant`, which drops the module
+path mutmut prefixes and applies the recorded renames of :data:`RENAMES`): moving code between a key's
+files, or renaming a class with a recorded entry, keeps its results. When the hashing rule itself changes,
+``tools/mutation_restamp.py`` recomputes the stored hashes on the version each result was run on.
 """
 
 from __future__ import annotations
@@ -170,24 +176,67 @@ TESTS: dict[str, list[str]] = {
     "validation": ["tests/test_validation.py", "tests/test_instance.py", "properties/test_bad_input.py"],
 }
 
-#: The file of each module key (the keys of :data:`TESTS` name the results, ``docs/mutation/KEY.json``).
-PATHS: dict[str, str] = {
-    "scaling": "attnsvm/scaling.py",
-    "instance": "attnsvm/model/_instance.py",
-    "attention": "attnsvm/model/_attention.py",
-    "losses": "attnsvm/model/_losses.py",
-    "grad": "attnsvm/model/_grad.py",
-    "tensor": "attnsvm/model/_tensor.py",
-    "svm": "attnsvm/svm/_solve.py",
-    "svm_working_set": "attnsvm/svm/_working_set.py",
-    "gd": "attnsvm/gd/_engine.py",
-    "lipschitz": "attnsvm/lipschitz.py",
-    "prompt": "attnsvm/peers/_prompt.py",
-    "joint": "attnsvm/peers/_joint.py",
-    "mirror": "attnsvm/peers/_mirror.py",
-    "multitoken": "attnsvm/peers/_multitoken.py",
-    "strategies": "attnsvm/strategies.py",
-    "validation": "attnsvm/_validation.py",
+#: The files of each module key (the keys of :data:`TESTS` name the results, ``docs/mutation/KEY.json``).
+#: A key may span several files (a module split into a package's files): mutmut mutates them together, the
+#: hashes below read their code as one (:func:`_key_statements`), and mutant names are compared by their
+#: local name (:func:`canonical_mutant`), so moving code between a key's files keeps its results.
+PATHS: dict[str, tuple[str, ...]] = {
+    "scaling": ("attnsvm/scaling.py",),
+    "instance": ("attnsvm/model/_instance.py",),
+    "attention": ("attnsvm/model/_attention.py",),
+    "losses": ("attnsvm/model/_losses.py",),
+    "grad": ("attnsvm/model/_grad.py",),
+    "tensor": ("attnsvm/model/_tensor.py",),
+    # attnsvm/svm/_solve.py until its split (pure moves)
+    "svm": (
+        "attnsvm/svm/_constants.py",
+        "attnsvm/svm/_results.py",
+        "attnsvm/svm/_dual.py",
+        "attnsvm/svm/_problem.py",
+        "attnsvm/svm/_conic.py",
+        "attnsvm/svm/_solve.py",
+        "attnsvm/svm/_optimality.py",
+    ),
+    "svm_working_set": ("attnsvm/svm/_working_set.py",),
+    # attnsvm/gd/_engine.py until its split (pure moves)
+    "gd": (
+        "attnsvm/gd/_metrics.py",
+        "attnsvm/gd/_scaled.py",
+        "attnsvm/gd/_single.py",
+        "attnsvm/gd/_torch_engine.py",
+        "attnsvm/gd/_stack.py",
+        "attnsvm/gd/_batch.py",
+        "attnsvm/gd/_paths.py",
+        "attnsvm/gd/_kq.py",
+    ),
+    # attnsvm/lipschitz.py until its split into a package (pure moves and extracted phases)
+    "lipschitz": (
+        "attnsvm/lipschitz/_checks.py",
+        "attnsvm/lipschitz/_pairs.py",
+        "attnsvm/lipschitz/_logit.py",
+        "attnsvm/lipschitz/_results.py",
+        "attnsvm/lipschitz/_bound.py",
+        "attnsvm/lipschitz/_heads.py",
+        "attnsvm/lipschitz/_jacobian.py",
+        "attnsvm/lipschitz/_estimate.py",
+        "attnsvm/lipschitz/_compare.py",
+    ),
+    "prompt": ("attnsvm/peers/_prompt.py",),
+    "joint": ("attnsvm/peers/_joint.py",),
+    "mirror": ("attnsvm/peers/_mirror.py",),
+    "multitoken": ("attnsvm/peers/_multitoken.py",),
+    "strategies": ("attnsvm/strategies.py",),
+    "validation": ("attnsvm/_validation.py",),
+}
+
+#: Recorded renames of a key's top-level classes and functions, ``{key: {old name: new name}}``; never
+#: guessed. The hashes read every identifier through it (a renamed class, its methods, and the calls and
+#: annotations that name it hash as before), and a previous result's mutant and function names are read
+#: through it (``xǁ_TorchBatchǁlogits__mutmut_3`` is ``xǁBatchEngineǁlogits__mutmut_3``): mutmut numbers
+#: a function's mutants from its code, which a rename does not touch. An entry stays while any result or
+#: ``equivalent.csv`` row predates its rename (it is a no-op on code that has only the new name).
+RENAMES: dict[str, dict[str, str]] = {
+    "gd": {"_TorchBatch": "BatchEngine"},  # attnsvm.gd.BatchEngine made public (issue 14)
 }
 
 #: mutmut's exit-code meanings (mutmut.stats.status_by_exit_code, 3.8.1), the ones that occur.
@@ -236,7 +285,7 @@ def _configure(dest: Path, module: str, tests: list[str]) -> None:
     text += (
         "\n[tool.mutmut]\n"
         'source_paths = ["attnsvm"]\n'
-        f'only_mutate = ["{PATHS[module]}"]\n'
+        f"only_mutate = {_toml_list(list(PATHS[module]))}\n"
         f'also_copy = ["conftest.py", "properties/", "tests/", "symbolic/"]\n'
         'pytest_add_cli_args = ["-p", "no:xdist", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--tb=line"]\n'
         f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
@@ -267,11 +316,21 @@ def _exit_codes(dest: Path) -> dict[str, int | None]:
     return out
 
 
-def _equivalent(module: str) -> dict[str, str]:
+def _equivalent(module: str, names: list[str]) -> dict[str, str]:
+    """``{mutant: reason}`` of the key's rows of ``equivalent.csv``, each row matched to the current mutant of
+    the same local name (:func:`canonical_mutant`: a row written before a move or a recorded rename names
+    the same mutant); rows whose mutant no longer exists are left out."""
     if not EQUIVALENT.exists():
         return {}
+    current = {canonical_mutant(n, module): n for n in names}
     with EQUIVALENT.open(newline="") as fh:
-        return {row["mutant"]: row["reason"] for row in csv.DictReader(fh) if row["module"] == module}
+        rows = [row for row in csv.DictReader(fh) if row["module"] == module]
+    out: dict[str, str] = {}
+    for row in rows:
+        name = current.get(canonical_mutant(row["mutant"], module))
+        if name is not None:
+            out[name] = row["reason"]
+    return out
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -286,13 +345,17 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
-def _source_hash(module: str, root: Path = ROOT) -> str:
-    """Hash of the module's code as mutmut sees it (:func:`_normalized_tree`): a documentation edit,
-    a dependency guard, a moved internal import or a constant moved unchanged into a shared module keeps a
-    run's mutant names (and ``--survivors``) valid, while any other code change does not."""
-    path = root / PATHS[module]
-    tree = _normalized_tree(path.read_text(), path, root)
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+def _source_hash(module: str, root: Path | None = None, *, paths: tuple[str, ...] | None = None) -> str:
+    """Hash of the key's code as mutmut sees it (:func:`_key_statements`, functions included): a
+    documentation edit, a dependency guard, a moved internal import, a constant moved unchanged into a
+    shared module, or a definition moved between the key's files keeps a run's mutant names (and
+    ``--survivors``) valid, while any other code change does not. ``paths`` (default :data:`PATHS`) names
+    the key's files in ``root``, e.g. in an older version of the tree."""
+    return _digest(_key_statements(module, root, paths=paths, functions=True))
+
+
+def _digest(statements: list[str]) -> str:
+    return hashlib.sha256("\n".join(statements).encode()).hexdigest()
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
@@ -320,6 +383,21 @@ def _is_dependency_guard(stmt: ast.stmt) -> bool:
         and isinstance(stmt.value, ast.Call)
         and isinstance(stmt.value.func, ast.Name)
         and stmt.value.func.id == "require"
+    )
+
+
+def _is_type_checking_import(stmt: ast.stmt) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``) holding only imports, no ``else``: never runs,
+    so it is an import statement like the others (a split often adds one to import a type across files)."""
+    test = stmt.test if isinstance(stmt, ast.If) else None
+    named = (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+    return (
+        isinstance(stmt, ast.If)
+        and named
+        and not stmt.orelse
+        and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in stmt.body)
     )
 
 
@@ -426,7 +504,27 @@ def _annotations_by_value(tree: ast.AST, path: Path, root: Path) -> None:
                 setattr(node, field, _Sub().visit(ann))
 
 
-def _normalized_tree(source: str, path: Path | None = None, root: Path = ROOT) -> ast.AST:
+def _rename(tree: ast.AST, renames: dict[str, str]) -> None:
+    """Read every identifier through a recorded rename (:data:`RENAMES`): names, attributes, definitions
+    and imported names, in place."""
+    if not renames:
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            node.id = renames.get(node.id, node.id)
+        elif isinstance(node, ast.Attribute):
+            node.attr = renames.get(node.attr, node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            node.name = renames.get(node.name, node.name)
+        elif isinstance(node, ast.alias):
+            node.name = renames.get(node.name, node.name)
+            if node.asname is not None:
+                node.asname = renames.get(node.asname, node.asname)
+
+
+def _normalized_tree(
+    source: str, path: Path | None = None, root: Path = ROOT, *, renames: dict[str, str] | None = None
+) -> ast.AST:
     """The syntax tree without what mutmut's mutants do not depend on: docstrings, dependency guards
     (:func:`_is_dependency_guard`), ``__all__``, and where the package's own imports come from and in which
     order: in each body, the imports from ``attnsvm`` (relative or absolute) become one sorted list of the
@@ -445,8 +543,11 @@ def _normalized_tree(source: str, path: Path | None = None, root: Path = ROOT) -
     is another module's code, which no mutant of this module's results covers (the assumption every
     per-module run makes). Rebinding an imported name to a different object of the same name
     (``import jax.numpy as np``) is the one change this does not see.
+
+    ``renames`` (a key's :data:`RENAMES`) is applied to every identifier first.
     """
     tree = _strip_docstrings(ast.parse(source))
+    _rename(tree, renames or {})
     read = _runtime_names(tree)
     if path is not None:
         _annotations_by_value(tree, path, root)
@@ -474,7 +575,11 @@ def _normalized_tree(source: str, path: Path | None = None, root: Path = ROOT) -
                     bindings.append((a.asname or a.name, expr))
         rest = [s for s in kept if not _is_internal_import(s)]
         if module_level:
-            rest = [s for s in rest if not isinstance(s, (ast.Import, ast.ImportFrom))]
+            rest = [
+                s
+                for s in rest
+                if not isinstance(s, (ast.Import, ast.ImportFrom)) and not _is_type_checking_import(s)
+            ]
             local = [(b[0], ast.dump(b[1])) for s in rest if (b := _simple_binding(s)) is not None]
             bindings += local
             rest = [s for s in rest if _simple_binding(s) is None]
@@ -494,46 +599,100 @@ def _normalized_tree(source: str, path: Path | None = None, root: Path = ROOT) -
     return tree
 
 
-def function_hashes(module: str, root: Path = ROOT) -> dict[str, str]:
-    """``{"f": sha, "Class.method": sha}`` of the module's top-level functions and methods (normalized
-    as in :func:`_normalized_tree`): mutmut numbers a function's mutants from its code, so an equivalent row stays meaningful
-    exactly while its function's hash is unchanged."""
-    path = root / PATHS[module]
-    tree = _normalized_tree(path.read_text(), path, root)
-    out: dict[str, str] = {}
-    for node in tree.body:  # type: ignore[attr-defined]
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out[node.name] = hashlib.sha256(ast.dump(node).encode()).hexdigest()[:16]
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    key = f"{node.name}.{item.name}"
-                    out[key] = hashlib.sha256(ast.dump(item).encode()).hexdigest()[:16]
+def _key_trees(module: str, root: Path | None, paths: tuple[str, ...] | None) -> list[tuple[str, ast.Module]]:
+    """``(file, normalized tree)`` of each of the key's files under ``root`` (default :data:`ROOT`)
+    (:func:`_normalized_tree`, with the key's recorded renames)."""
+    root = ROOT if root is None else root
+    renames = RENAMES.get(module, {})
+    out: list[tuple[str, ast.Module]] = []
+    for rel in PATHS[module] if paths is None else paths:
+        path = root / rel
+        tree = _normalized_tree(path.read_text(), path, root, renames=renames)
+        assert isinstance(tree, ast.Module)
+        out.append((rel, tree))
     return out
 
 
-def context_hash(module: str, root: Path = ROOT) -> str:
-    """Hash of the module's code outside its functions and methods (normalized as in
-    :func:`_normalized_tree`): what every mutant may depend on. Functions and methods are left out, names
-    included: a new one is read only by changed functions (whose mutants run again), and a removed one that
-    an unchanged function reads fails the clean test run."""
-    path = root / PATHS[module]
-    tree = _normalized_tree(path.read_text(), path, root)
+def _definitions(module: str, trees: list[tuple[str, ast.Module]]) -> None:
+    """Refuse a key whose files define one top-level function or class name twice: mutmut names a mutant
+    by its function's local name, and the hashes are keyed by it."""
+    seen: dict[str, str] = {}
+    for rel, tree in trees:
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if node.name in seen:
+                    raise SystemExit(
+                        f"{module}: {node.name} is defined in both {seen[node.name]} and {rel}; a key's files "
+                        "must define each top-level name once"
+                    )
+                seen[node.name] = rel
+
+
+def _key_statements(
+    module: str, root: Path | None, *, paths: tuple[str, ...] | None = None, functions: bool
+) -> list[str]:
+    """The key's module-level code as one sorted set of normalized statements, whichever file holds each.
+
+    Each file is normalized on its own (:func:`_normalized_tree`: docstrings, imports, ``__all__`` and
+    dependency guards dropped; every constant or alias a file reads at run time, bound there or imported
+    from the package, as the pair (name, expression)); then the ``ast.dump`` of every module-level statement
+    of every file goes into one set, sorted. A set, not the files' sequence or a multiset: a constant that
+    two files import is one binding, as in the single file it came from, and the order of module-level
+    statements is not behaviour here (the package's modules bind constants and define functions and classes
+    at module level; a name used at import time before it is bound fails the clean test run). So a key
+    split over files, or a definition or constant moved between them, hashes as before; a changed value or
+    definition does not. A top-level name defined twice is refused (:func:`_definitions`). Without
+    ``functions`` (the context), functions and methods are left out, names included, and classes keep their
+    other statements (attributes, decorators, bases)."""
+    trees = _key_trees(module, root, paths)
+    _definitions(module, trees)
 
     def strip(body: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
         for node in body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            elif isinstance(node, ast.ClassDef):
+            if isinstance(node, ast.ClassDef):
                 node.body = strip(node.body) or [ast.Pass()]
-                out.append(node)
-            else:
-                out.append(node)
+            out.append(node)
         return out
 
-    tree.body = strip(tree.body)  # type: ignore[attr-defined]
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+    statements: set[str] = set()
+    for _, tree in trees:
+        body = tree.body if functions else strip(tree.body)
+        # a file left without code (only imports, or constants read in other files) adds nothing
+        statements.update(ast.dump(stmt) for stmt in body if not isinstance(stmt, ast.Pass))
+    return sorted(statements)
+
+
+def function_hashes(
+    module: str, root: Path | None = None, *, paths: tuple[str, ...] | None = None
+) -> dict[str, str]:
+    """``{"f": sha, "Class.method": sha}`` of the top-level functions and methods of the key's files
+    (normalized as in :func:`_normalized_tree`, recorded renames applied; a name defined twice is refused):
+    mutmut numbers a function's mutants from its code, so an equivalent row stays meaningful exactly while
+    its function's hash is unchanged, in whichever of the key's files the function is."""
+    trees = _key_trees(module, root, paths)
+    _definitions(module, trees)
+    out: dict[str, str] = {}
+    for _, tree in trees:
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[node.name] = hashlib.sha256(ast.dump(node).encode()).hexdigest()[:16]
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        key = f"{node.name}.{item.name}"
+                        out[key] = hashlib.sha256(ast.dump(item).encode()).hexdigest()[:16]
+    return out
+
+
+def context_hash(module: str, root: Path | None = None, *, paths: tuple[str, ...] | None = None) -> str:
+    """Hash of the key's code outside its functions and methods (:func:`_key_statements` without
+    functions): what every mutant may depend on. Functions and methods are left out, names included: a new
+    one is read only by changed functions (whose mutants run again), and a removed one that an unchanged
+    function reads fails the clean test run."""
+    return _digest(_key_statements(module, root, paths=paths, functions=False))
 
 
 def in_bernoulli_sample(name: str, seed: int, rate: float) -> bool:
@@ -555,6 +714,55 @@ def mutant_function(name: str) -> str:
     return local[2:]  # "x_" + function name
 
 
+def canonical_function(name: str, module: str) -> str:
+    """A function or ``Class.method`` name read through the key's recorded renames (:data:`RENAMES`)."""
+    renames = RENAMES.get(module, {})
+    head, dot, tail = name.partition(".")
+    return renames.get(head, head) + dot + tail
+
+
+def _function_of(name: str, module: str) -> str:
+    """The canonical function (:func:`canonical_function`) a mutant belongs to."""
+    return canonical_function(mutant_function(name), module)
+
+
+def canonical_mutant(name: str, module: str) -> str:
+    """How a mutant is compared with a previous result's: its local name (the module path that mutmut
+    prefixes, which a move between files or modules changes, dropped), with the key's recorded renames
+    applied: ``attnsvm.gd._engine.xǁ_TorchBatchǁlogits__mutmut_29`` and
+    ``attnsvm.gd._torch_engine.xǁBatchEngineǁlogits__mutmut_29`` are both ``xǁBatchEngineǁlogits__mutmut_29``.
+    Local names are unique within a key (:func:`_definitions`)."""
+    local = name.rsplit(".", 1)[-1]
+    base, number = local.rsplit("__mutmut_", 1)
+    renames = RENAMES.get(module, {})
+    if base.startswith("xǁ"):
+        cls, meth = base[2:].split("ǁ", 1)
+        base = f"xǁ{renames.get(cls, cls)}ǁ{meth}"
+    else:
+        base = "x_" + renames.get(base[2:], base[2:])
+    return f"{base}__mutmut_{number}"
+
+
+#: The mutant-name lists of a result, translated by :func:`_translate_previous`.
+_NAME_LISTS = ("sample_names", "killed_names", "live_survivors", "untested", "errored")
+
+
+def _translate_previous(doc: dict[str, Any], names: list[str], module: str) -> dict[str, Any]:
+    """A previous result with its names read as today's: each recorded mutant becomes the current mutant of
+    the same canonical local name (:func:`canonical_mutant`; one that no longer exists is dropped: its
+    function changed or went), and the function hashes are keyed by canonical function names. The one place
+    where names are compared with a previous result (``--update``, ``--survivors``, ``--rerun``)."""
+    current = {canonical_mutant(n, module): n for n in names}
+    out = dict(doc)
+    for field in _NAME_LISTS:
+        if out.get(field) is not None:
+            found = (current.get(canonical_mutant(n, module)) for n in out[field])
+            out[field] = [n for n in found if n is not None]
+    if out.get("function_sha256") is not None:
+        out["function_sha256"] = {canonical_function(f, module): h for f, h in out["function_sha256"].items()}
+    return out
+
+
 def _previous(module: str) -> dict[str, Any]:
     """The last run's result; ``--survivors`` needs it, for the same source of the module."""
     path = RESULTS / f"{module}.json"
@@ -563,7 +771,7 @@ def _previous(module: str) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(path.read_text())
     if doc.get("source_sha256") != _source_hash(module):
         raise SystemExit(
-            f"{module}: {PATHS[module]} changed since the last run, so mutant names may mean other "
+            f"{module}: {' '.join(PATHS[module])} changed since the last run, so mutant names may mean other "
             "mutations; run the whole sample again (without --survivors)"
         )
     return doc
@@ -589,22 +797,25 @@ def _previous_for_update(module: str) -> dict[str, Any]:
 
 
 def _update_sample(
-    prev: dict[str, Any], names: list[str], hashes: dict[str, str], seed: int
+    prev: dict[str, Any], names: list[str], hashes: dict[str, str], seed: int, *, module: str = ""
 ) -> tuple[list[str], list[str], list[str]]:
     """``(chosen, to_run, changed functions)`` of an update: the previous sample's mutants of unchanged
-    functions, plus a Bernoulli draw (:func:`in_bernoulli_sample`) of the changed functions' mutants."""
+    functions, plus a Bernoulli draw (:func:`in_bernoulli_sample`) of the changed functions' mutants.
+    The previous result's names are read as today's (:func:`_translate_previous`: local names, the key's
+    recorded renames); ``hashes`` are today's (:func:`function_hashes`, keyed by canonical names)."""
+    prev = _translate_previous(prev, names, module)
     old = prev["function_sha256"]
     changed = sorted(f for f, h in hashes.items() if old.get(f) != h)
     present = set(names)
     # The previous sample: recorded, or every mutant after a full run (an unchanged function's mutants
     # are the same mutants now).
     prev_chosen = names if prev["sample_names"] is None else prev["sample_names"]
-    kept = [n for n in prev_chosen if n in present and mutant_function(n) not in changed]
+    kept = [n for n in prev_chosen if n in present and _function_of(n, module) not in changed]
     rate = 1.0 if prev["sample_names"] is None else prev["tried"] / prev["mutants_total"]
     fresh = [
         n
         for n in names
-        if mutant_function(n) in changed and (rate >= 1.0 or in_bernoulli_sample(n, seed, rate))
+        if _function_of(n, module) in changed and (rate >= 1.0 or in_bernoulli_sample(n, seed, rate))
     ]
     return sorted(kept + fresh), fresh, changed
 
@@ -630,6 +841,10 @@ def run(
     _copy_tree(dest)
     _configure(dest, module, tests)
     names = _generate(dest)
+    # the previous result's names as today's (a move between the key's files, a recorded rename)
+    prev, upd, replay = (
+        None if d is None else _translate_previous(d, names, module) for d in (prev, upd, replay)
+    )
     changed: list[str] = []
     if prev is not None:
         sample, seed = prev["tried"], prev["sample_seed"] if prev["sample_seed"] is not None else seed
@@ -642,7 +857,9 @@ def run(
         chosen, to_run = list(prev["sample_names"]), prev["live_survivors"]  # e.g. an updated sample
     elif upd is not None:
         seed = upd["sample_seed"] if upd["sample_seed"] is not None else seed
-        chosen, to_run, changed = _update_sample(upd, names, function_hashes(module, dest), seed)
+        chosen, to_run, changed = _update_sample(
+            upd, names, function_hashes(module, dest), seed, module=module
+        )
         print(f"{module}: update: changed or new functions: {', '.join(changed) or 'none'}", flush=True)
     else:
         chosen = (
@@ -674,16 +891,19 @@ def run(
             f"{module}: mutmut left {len(unchecked)} of {len(to_run)} mutants unchecked (did the clean "
             f"test run fail? see the output above, or run the selection in {dest}); no result written"
         )
-    equivalent = _equivalent(module)
+    equivalent = _equivalent(module, names)
     hashes = function_hashes(module, dest)
     if prev is None and upd is None and (RESULTS / f"{module}.json").exists():
         # Equivalent rows were judged on the last run's code: a row whose function changed since then
         # may name a different mutation now (mutmut renumbers a changed function's mutants), so it
         # counts again until it is judged again.
-        old_hashes = json.loads((RESULTS / f"{module}.json").read_text()).get("function_sha256")
+        last = _translate_previous(json.loads((RESULTS / f"{module}.json").read_text()), names, module)
+        old_hashes = last.get("function_sha256")
         if old_hashes is not None:
             stale = sorted(
-                n for n in equivalent if old_hashes.get(mutant_function(n)) != hashes.get(mutant_function(n))
+                n
+                for n in equivalent
+                if old_hashes.get(_function_of(n, module)) != hashes.get(_function_of(n, module))
             )
             for n in stale:
                 print("  equivalent row to judge again (its function changed since the last run):", n)
@@ -693,7 +913,7 @@ def run(
     if upd is not None:
         # Equivalent rows of changed functions may name other mutations now: they count again.
         for n in sorted(equivalent):
-            if mutant_function(n) in changed:
+            if _function_of(n, module) in changed:
                 print("  equivalent row to judge again (its function changed):", n)
                 del equivalent[n]
         kept = set(chosen) - set(to_run)
@@ -722,7 +942,7 @@ def run(
         changed if upd is not None else None if replay is not None else (prev or {}).get("updated_functions")
     )
     doc: dict[str, Any] = {
-        "module": PATHS[module],
+        "module": list(PATHS[module]),
         # of the copy that was mutated (the checkout may have changed during the run)
         "source_sha256": _source_hash(module, dest),
         "context_sha256": context_hash(module, dest),
@@ -777,7 +997,10 @@ def stamp(module: str) -> None:
     full = doc["sample_seed"] is None
     chosen = names if full else sorted(random.Random(doc["sample_seed"]).sample(names, doc["tried"]))
     outcomes = set(doc["killed_names"]) | set(doc["live_survivors"]) | set(doc.get("errored", []))
-    if not outcomes <= set(chosen) or len(chosen) != doc["tried"]:
+    if (
+        not {canonical_mutant(n, module) for n in outcomes} <= {canonical_mutant(n, module) for n in chosen}
+        or len(chosen) != doc["tried"]
+    ):
         raise SystemExit(f"{module}: the regenerated sample does not hold the run's outcomes")
     doc["context_sha256"] = context_hash(module)
     doc["sample_names"] = None if full else chosen
