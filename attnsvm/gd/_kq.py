@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -28,7 +29,7 @@ from ..scaling import (
     pow2_exponent,
     range_error,
 )
-from ._scaled import _LN2, _check_reference, _rescale, _to_logit_scale
+from ._scaled import _LN2, _check_reference, _rescale, _Scaled, _to_logit_scale
 from ._single import (
     GDRecord,
     GDTrajectory,
@@ -63,6 +64,116 @@ def _nuclear(W: FloatArray) -> float:
     if s > 0 and math.log(s) + e * _LN2 > LOG_FLOAT_MAX:
         raise range_error("the nuclear norm ||W||_*", math.log(s) + e * _LN2)
     return float(np.ldexp(s, e))
+
+
+def _initial_factors(
+    inst: Instance,
+    K0: ArrayLike | None,
+    Q0: ArrayLike | None,
+    m: int | None,
+    init_scale: float,
+    seed: int,
+) -> tuple[FloatArray, FloatArray]:
+    """The initial factors ``(K_0, Q_0)``, shape ``(d, m)``: ``K0``, ``Q0`` as given (checked), else
+    ``init_scale · N(0, 1)`` draws from ``numpy.random.default_rng(seed)`` (``K`` drawn first). The width
+    ``m`` defaults to ``d``, or the width of a 2-D ``K0``; an ``m`` that is not an integer ``≥ 1`` raises
+    :class:`AttnSVMError`."""
+    d = inst.d
+    if m is None:
+        m = d if K0 is None else int(np.shape(K0)[1]) if np.ndim(K0) == 2 else d
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise AttnSVMError(f"m must be an integer ≥ 1; got {m!r}")
+    scale = check_positive(
+        init_scale, "init_scale", meaning="the standard deviation of the random K0, Q0 entries"
+    )
+    rng = np.random.default_rng(seed)
+    K = (
+        np.array(check_shape(K0, "K0", (d, m), described="(d, m)"))
+        if K0 is not None
+        else scale * rng.standard_normal((d, m))
+    )
+    Q = (
+        np.array(check_shape(Q0, "Q0", (d, m), described="(d, m)"))
+        if Q0 is not None
+        else scale * rng.standard_normal((d, m))
+    )
+    return K, Q
+
+
+def _product(sc: _Scaled, K: FloatArray, Q: FloatArray, t: int) -> tuple[FloatArray, FloatArray]:
+    """``W_t = K Qᵀ`` and ``W'_t = W_t·2^k`` (the logit scale of :class:`_Scaled`), formed from the factors
+    scaled to order one; raises the contract's error naming ``W_t`` when its largest entry, or its
+    logits, leave the normal range."""
+    # W = K Qᵀ and W' = W·2^k from the factors scaled to order one (K = K̃·2^eK, Q = Q̃·2^eQ,
+    # exact): K Qᵀ itself may overflow or underflow where W' (the logits) is fine, and vice versa.
+    eK, eQ = pow2_exponent(K), pow2_exponent(Q)
+    Wn = ldexp_scale(K, eK) @ ldexp_scale(Q, eQ).T
+    m = float(np.max(np.abs(Wn)))
+    if m > 0:
+        log_m = math.log(m) + (eK + eQ) * _LN2
+        if not (LOG_FLOAT_TINY <= log_m <= LOG_FLOAT_MAX):
+            raise range_error(f"W_{t} = K Qᵀ (largest entry)", log_m, remedy="Rescale K0, Q0 or lr")
+        _to_logit_scale(sc, np.full((1, 1), m), f"W_{t}")  # raises before ldexp could overflow
+    return np.ldexp(Wn, eK + eQ), np.ldexp(Wn, eK + eQ + sc.k)
+
+
+def _joint_norm(gK: FloatArray, gQ: FloatArray) -> float:
+    """``||(gK, gQ)||_F = (||gK||_F² + ||gQ||_F²)^{1/2}`` (the largest entry itself when it is 0 or not
+    finite)."""
+    # ||(gK, gQ)||_F scaled by the largest entry (no overflow/underflow of the squares)
+    m = max(float(np.max(np.abs(gK))), float(np.max(np.abs(gQ))))
+    if not (m > 0 and math.isfinite(m)):
+        return m
+    return m * math.sqrt(float(np.sum((gK / m) ** 2) + np.sum((gQ / m) ** 2)))
+
+
+def _kq_step(
+    sc: _Scaled, K: FloatArray, Q: FloatArray, lo: Any, lr: float, normalized: bool, t: int
+) -> tuple[FloatArray, FloatArray] | str:
+    """Update ``t`` of (K, Q) GD: ``(K, Q) ← (K, Q) − η (∇L(W) Q, ∇L(W)ᵀ K)`` at ``W = K Qᵀ``, divided by
+    the pair's :func:`_joint_norm` when ``normalized``; or, for plain GD, the saturation that stops the
+    run instead (``"stationary"``, ``"gradient underflow"``, ``"stalled"``, as :func:`run_gd`). Raises
+    :class:`NumericalError` at a saddle of normalized GD, or when the gradient or the factors are not
+    finite."""
+    lr_m, lr_e = math.frexp(lr)
+    _, Wp = _product(sc, K, Q, t - 1)
+    try:
+        g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Wp, lo, **sc.mask_kw)
+    except NumericalError as exc:
+        if normalized or not _is_stationary_error(exc):
+            raise NumericalError(
+                f"{'normalized' if normalized else 'plain'} (K, Q) GD at step {t}: {exc}"
+            ) from exc
+        return "stationary"
+    D = g_dir.direction  # ∇L(W) = 2^k e^{log||g'||} D
+    gK, gQ = D @ Q, D.T @ K
+    if normalized:
+        jn = _joint_norm(gK, gQ)
+        if not jn > 0:
+            raise NumericalError(
+                f"normalized (K, Q) GD at step {t}: ∇L(W) Q and ∇L(W)ᵀ K are both zero "
+                "(K, Q at a saddle); start from other factors"
+            )
+        return K - (lr / jn) * gK, Q - (lr / jn) * gQ
+    if g_dir.log_norm < LOG_FLOAT_TINY:  # scale-free, as run_gd
+        return "gradient underflow"
+    if g_dir.log_norm > LOG_FLOAT_MAX:
+        raise NumericalError(f"plain (K, Q) GD at step {t}: the gradient is not finite; lower lr")
+    # η ∇L(W) Q = ((m e^{log||g'||}) D Q)·2^(e+k) with η = m·2^e: powers of two applied last
+    c = lr_m * math.exp(g_dir.log_norm)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
+        Kn = K - np.ldexp(c * gK, lr_e + sc.k)
+        Qn = Q - np.ldexp(c * gQ, lr_e + sc.k)
+    if not (np.all(np.isfinite(Kn)) and np.all(np.isfinite(Qn))):
+        raise NumericalError(f"plain (K, Q) GD diverged at step {t}: factors became non-finite; lower lr")
+    if np.array_equal(Kn, K) and np.array_equal(Qn, Q):
+        return "stalled"
+    return Kn, Qn
+
+
+def _kq_record(sc: _Scaled, W: FloatArray, lo: Any, t: int, ref: FloatArray | None) -> tuple[GDRecord, float]:
+    """The record of ``W_t = K Qᵀ`` at step ``t`` (no iterate kept) and its nuclear norm ``||W_t||_*``."""
+    return _make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), False), _nuclear(W)
 
 
 def run_gd_kq(
@@ -120,105 +231,31 @@ def run_gd_kq(
     lr = check_positive(lr, "lr", meaning="the step size η")
     lo = get_loss(loss)
     ref = _check_reference(inst, reference)
-    d = inst.d
-    if m is None:
-        m = d if K0 is None else int(np.shape(K0)[1]) if np.ndim(K0) == 2 else d
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-        raise AttnSVMError(f"m must be an integer ≥ 1; got {m!r}")
-    scale = check_positive(
-        init_scale, "init_scale", meaning="the standard deviation of the random K0, Q0 entries"
-    )
-    rng = np.random.default_rng(seed)
-    K = (
-        np.array(check_shape(K0, "K0", (d, m), described="(d, m)"))
-        if K0 is not None
-        else scale * rng.standard_normal((d, m))
-    )
-    Q = (
-        np.array(check_shape(Q0, "Q0", (d, m), described="(d, m)"))
-        if Q0 is not None
-        else scale * rng.standard_normal((d, m))
-    )
+    K, Q = _initial_factors(inst, K0, Q0, m, init_scale, seed)
     at = record_steps(record_at, steps)
     rec_set = {int(s) for s in at}
     sc = _rescale(inst)
-    lr_m, lr_e = math.frexp(lr)
     record: list[GDRecord] = []
     nuc: list[float] = []
     stop, saturated, t = "steps", False, 0
-
-    def product(t: int) -> tuple[FloatArray, FloatArray]:
-        # W = K Qᵀ and W' = W·2^k from the factors scaled to order one (K = K̃·2^eK, Q = Q̃·2^eQ,
-        # exact): K Qᵀ itself may overflow or underflow where W' (the logits) is fine, and vice versa.
-        eK, eQ = pow2_exponent(K), pow2_exponent(Q)
-        Wn = ldexp_scale(K, eK) @ ldexp_scale(Q, eQ).T
-        m = float(np.max(np.abs(Wn)))
-        if m > 0:
-            log_m = math.log(m) + (eK + eQ) * _LN2
-            if not (LOG_FLOAT_TINY <= log_m <= LOG_FLOAT_MAX):
-                raise range_error(f"W_{t} = K Qᵀ (largest entry)", log_m, remedy="Rescale K0, Q0 or lr")
-            _to_logit_scale(sc, np.full((1, 1), m), f"W_{t}")  # raises before ldexp could overflow
-        return np.ldexp(Wn, eK + eQ), np.ldexp(Wn, eK + eQ + sc.k)
-
-    def joint_norm(gK: FloatArray, gQ: FloatArray) -> float:
-        # ||(gK, gQ)||_F scaled by the largest entry (no overflow/underflow of the squares)
-        m = max(float(np.max(np.abs(gK))), float(np.max(np.abs(gQ))))
-        if not (m > 0 and math.isfinite(m)):
-            return m
-        return m * math.sqrt(float(np.sum((gK / m) ** 2) + np.sum((gQ / m) ** 2)))
-
     for t in range(0, steps + 1):
         if t > 0:
-            _, Wp = product(t - 1)
-            try:
-                g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, Wp, lo, **sc.mask_kw)
-            except NumericalError as exc:
-                if normalized or not _is_stationary_error(exc):
-                    raise NumericalError(
-                        f"{'normalized' if normalized else 'plain'} (K, Q) GD at step {t}: {exc}"
-                    ) from exc
-                stop, saturated = "stationary", True
+            step = _kq_step(sc, K, Q, lo, lr, normalized, t)
+            if isinstance(step, str):
+                stop, saturated = step, True
                 t -= 1
                 break
-            D = g_dir.direction  # ∇L(W) = 2^k e^{log||g'||} D
-            gK, gQ = D @ Q, D.T @ K
-            if normalized:
-                jn = joint_norm(gK, gQ)
-                if not jn > 0:
-                    raise NumericalError(
-                        f"normalized (K, Q) GD at step {t}: ∇L(W) Q and ∇L(W)ᵀ K are both zero "
-                        "(K, Q at a saddle); start from other factors"
-                    )
-                K, Q = K - (lr / jn) * gK, Q - (lr / jn) * gQ
-            else:
-                if g_dir.log_norm < LOG_FLOAT_TINY:  # scale-free, as run_gd
-                    stop, saturated = "gradient underflow", True
-                    t -= 1
-                    break
-                if g_dir.log_norm > LOG_FLOAT_MAX:
-                    raise NumericalError(f"plain (K, Q) GD at step {t}: the gradient is not finite; lower lr")
-                # η ∇L(W) Q = ((m e^{log||g'||}) D Q)·2^(e+k) with η = m·2^e: powers of two applied last
-                c = lr_m * math.exp(g_dir.log_norm)
-                with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
-                    Kn = K - np.ldexp(c * gK, lr_e + sc.k)
-                    Qn = Q - np.ldexp(c * gQ, lr_e + sc.k)
-                if not (np.all(np.isfinite(Kn)) and np.all(np.isfinite(Qn))):
-                    raise NumericalError(
-                        f"plain (K, Q) GD diverged at step {t}: factors became non-finite; lower lr"
-                    )
-                if np.array_equal(Kn, K) and np.array_equal(Qn, Q):
-                    stop, saturated = "stalled", True
-                    t -= 1
-                    break
-                K, Q = Kn, Qn
+            K, Q = step
         if t in rec_set:
-            W, _ = product(t)
-            record.append(_make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), False))
-            nuc.append(_nuclear(W))
-    W, _ = product(t)
-    if saturated and (not record or record[-1].step != t):
-        record.append(_make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), False))
-        nuc.append(_nuclear(W))
+            W, _ = _product(sc, K, Q, t)
+            rec, nuc_t = _kq_record(sc, W, lo, t, ref)
+            record.append(rec)
+            nuc.append(nuc_t)
+    W, _ = _product(sc, K, Q, t)
+    if saturated and (not record or record[-1].step != t):  # the state where it stopped
+        rec, nuc_t = _kq_record(sc, W, lo, t, ref)
+        record.append(rec)
+        nuc.append(nuc_t)
     return KQTrajectory(
         W=W,
         record=record,

@@ -239,6 +239,168 @@ def _settled(record: list[GDRecord], tol: float) -> bool:
     return direction_gap(r0.W, r1.W) <= tol and direction_gap(r1.W, r2.W) <= tol
 
 
+def _early_stop_tol(early_stop: float | None) -> float | None:
+    """The early-stop tolerance ``tol``: ``None`` (off) or a finite float ``≥ 0``; anything else (a bool,
+    a negative, non-finite or non-numeric value) raises :class:`AttnSVMError`."""
+    tol = None
+    if early_stop is not None:
+        try:
+            tol = float(early_stop)
+        except (TypeError, ValueError):
+            tol = math.nan
+        if isinstance(early_stop, bool) or not (math.isfinite(tol) and tol >= 0):
+            raise AttnSVMError(f"early_stop must be None or a finite tolerance ≥ 0; got {early_stop!r}")
+    return tol
+
+
+def _stops_early(record: list[GDRecord], tol: float | None, t: int, steps: int) -> bool:
+    """After recording step ``t``: early stop is on, the run has :func:`_settled`, and steps remain."""
+    return tol is not None and _settled(record, tol) and t < steps
+
+
+class _LoopEnd(NamedTuple):
+    """How a run's loop ended: the fields of the same names in :class:`GDTrajectory`."""
+
+    W: FloatArray
+    record: list[GDRecord]
+    steps_run: int
+    stop_reason: str
+    saturated: bool
+
+
+def _recorded_direction(sc: _Scaled, W: FloatArray, lo: Any, t: int) -> tuple[GradDirection | None, float]:
+    """At a record step of normalized GD: the direction of ``∇L(W_t)`` (reused by the next update) and
+    ``log10||∇L(W_t)||``; ``(None, −inf)`` at a stationary ``W_t`` (``∇L = 0``), whose update then
+    raises. A range error is re-raised naming the step."""
+    try:
+        cur = _direction(sc, W, lo)
+        lg = cur.log_norm / math.log(10.0)
+    except NumericalError as exc:
+        if not _is_stationary_error(exc):
+            raise NumericalError(f"normalized GD at step {t}: {exc}") from exc
+        cur, lg = None, -math.inf
+    return cur, lg
+
+
+def _run_normalized(
+    sc: _Scaled,
+    W: FloatArray,
+    lo: Any,
+    lr: float,
+    steps: int,
+    rec_set: set[int],
+    ref: FloatArray | None,
+    keep: bool,
+    tol: float | None,
+) -> _LoopEnd:
+    """Normalized GD ``W_t = W_{t−1} − η ∇L(W_{t−1})/||∇L(W_{t−1})||_F`` for ``t = 1 … steps``, recording
+    ``W_t`` at the steps of ``rec_set`` (the direction computed for a record is the next update's) and
+    stopping early when :func:`_stops_early`. Normalized GD never saturates."""
+    record: list[GDRecord] = []
+    stop, t = "steps", 0
+    cur = None
+    for t in range(0, steps + 1):
+        if t > 0:
+            try:
+                gd = cur if cur is not None else _direction(sc, W, lo)
+            except NumericalError as exc:
+                raise NumericalError(f"normalized GD at step {t}: {exc}") from exc
+            W = _check_iterate(W - lr * gd.direction, f"the iterate W_{t} of normalized GD")
+            cur = None
+        if t in rec_set:
+            cur, lg = _recorded_direction(sc, W, lo, t)
+            record.append(_make_record(sc, W, lo, t, ref, lg, keep))
+            if _stops_early(record, tol, t, steps):
+                stop = "settled"
+                break
+    return _LoopEnd(W, record, t, stop, False)
+
+
+def _plain_step(sc: _Scaled, W: FloatArray, lo: Any, lr: float, t: int) -> FloatArray | str:
+    """Update ``t`` of plain GD: ``W_t = W_{t−1} − η ∇L(W_{t−1})``, or the saturation that stops the run
+    instead: ``"stationary"`` (``∇L = 0``, or below the rounding of its own sum), ``"gradient
+    underflow"`` (the rescaled gradient is below the normal range) or ``"stalled"`` (the update leaves
+    ``W`` unchanged in float64). Raises :class:`NumericalError` when the gradient or ``W_t`` is not
+    finite, or the step itself underflows where ``W`` would not round it away."""
+    lr_m, lr_e = math.frexp(lr)
+    # ∇_W L = 2^k g' with g' = e^{log||g'||}·D the gradient of the rescaled problem at
+    # W' = W·2^k (data of order one), from the log-domain direction: its size is exact
+    # even where it leaves the normal range, and nothing here depends on the data's scale.
+    try:
+        g_dir = normalized_risk_grad_of(sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo, **sc.mask_kw)
+    except NumericalError as exc:
+        if not _is_stationary_error(exc):
+            raise NumericalError(f"plain GD at step {t}: {exc}") from exc
+        return "stationary"  # ∇L = 0, or below the rounding of its own sum
+    if g_dir.log_norm < LOG_FLOAT_TINY:
+        # g' (the gradient up to the exact factor 2^k) is below the normal range: in
+        # float64 the update would not be η∇L (a scale-free test: the same at every scale).
+        return "gradient underflow"
+    if g_dir.log_norm > LOG_FLOAT_MAX:
+        raise NumericalError(
+            f"plain GD at step {t}: the gradient is not finite "
+            f"(||∇L|| ≈ 2^{sc.k}·e^{g_dir.log_norm:.4g}); lower lr"
+        )
+    # the step η·2^k·g' = (m·||g'||·D)·2^(e+k) with η = m·2^e, m ∈ [½, 1): the powers of
+    # two applied last (exact while normal, so the run is scale-equivariant)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
+        Wn = W - np.ldexp((lr_m * math.exp(g_dir.log_norm)) * g_dir.direction, lr_e + sc.k)
+    if not np.all(np.isfinite(Wn)):
+        raise NumericalError(
+            f"plain GD diverged at step {t}: W became non-finite "
+            f"(||∇L|| ≈ 2^{sc.k}·e^{g_dir.log_norm:.4g}); lower lr"
+        )
+    if np.array_equal(Wn, W):
+        # log ||η∇L||_F = log η + k·ln 2 + log ||g'||: a step below the normal range that is not
+        # also below W's own rounding (W = 0, say) vanished by underflow, not by rounding
+        # against W: the next iterate is not a normal double (at another scale it is; the
+        # same run), the contract's error. Below W's rounding it is a stall at every scale.
+        log_step = math.log(lr) + sc.k * _LN2 + g_dir.log_norm
+        w_max = float(np.max(np.abs(W), initial=0.0))
+        if log_step < LOG_FLOAT_TINY and (w_max == 0.0 or log_step > math.log(w_max * _EPS)):
+            raise range_error(
+                f"the step η·∇L of plain GD at step {t}",
+                log_step,
+                remedy="Scale lr (and W0) with the data: X·2^a, z·2^b is the same problem in W·2^−(a+b)",
+            )
+        return "stalled"
+    return _check_iterate(Wn, f"the iterate W_{t} of plain GD")
+
+
+def _run_plain(
+    sc: _Scaled,
+    W: FloatArray,
+    lo: Any,
+    lr: float,
+    steps: int,
+    rec_set: set[int],
+    ref: FloatArray | None,
+    keep: bool,
+    tol: float | None,
+) -> _LoopEnd:
+    """Plain GD ``W_t = W_{t−1} − η ∇L(W_{t−1})`` for ``t = 1 … steps`` (:func:`_plain_step`), recording
+    ``W_t`` at the steps of ``rec_set`` and stopping early when :func:`_stops_early`. A saturation stops
+    the run at the last iterate reached (``steps_run`` = its step), which is then recorded too."""
+    record: list[GDRecord] = []
+    stop, saturated, t = "steps", False, 0
+    for t in range(0, steps + 1):
+        if t > 0:
+            Wn = _plain_step(sc, W, lo, lr, t)
+            if isinstance(Wn, str):
+                stop, saturated = Wn, True
+                t -= 1
+                break
+            W = Wn
+        if t in rec_set:
+            record.append(_make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), keep))
+            if _stops_early(record, tol, t, steps):
+                stop = "settled"
+                break
+    if saturated and (not record or record[-1].step != t):
+        record.append(_make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), keep))
+    return _LoopEnd(W, record, t, stop, saturated)
+
+
 def run_gd(
     inst: Instance,
     steps: int,
@@ -305,104 +467,13 @@ def run_gd(
     W = _initial_W(inst, W0)
     ref = _check_reference(inst, reference)
     at = record_steps(record_at, steps)
-    tol = None
-    if early_stop is not None:
-        try:
-            tol = float(early_stop)
-        except (TypeError, ValueError):
-            tol = math.nan
-        if isinstance(early_stop, bool) or not (math.isfinite(tol) and tol >= 0):
-            raise AttnSVMError(f"early_stop must be None or a finite tolerance ≥ 0; got {early_stop!r}")
+    tol = _early_stop_tol(early_stop)
     keep = keep_iterates or tol is not None
     rec_set = {int(s) for s in at}
     sc = _rescale(inst)
     _check_iterate(W, "W0")
-    record: list[GDRecord] = []
-    stop, saturated, t = "steps", False, 0
-
-    if normalized:
-        cur = None
-        for t in range(0, steps + 1):
-            if t > 0:
-                try:
-                    gd = cur if cur is not None else _direction(sc, W, lo)
-                except NumericalError as exc:
-                    raise NumericalError(f"normalized GD at step {t}: {exc}") from exc
-                W = _check_iterate(W - lr * gd.direction, f"the iterate W_{t} of normalized GD")
-                cur = None
-            if t in rec_set:
-                try:
-                    cur = _direction(sc, W, lo)
-                    lg = cur.log_norm / math.log(10.0)
-                except NumericalError as exc:
-                    if not _is_stationary_error(exc):
-                        raise NumericalError(f"normalized GD at step {t}: {exc}") from exc
-                    cur, lg = None, -math.inf
-                record.append(_make_record(sc, W, lo, t, ref, lg, keep))
-                if tol is not None and _settled(record, tol) and t < steps:
-                    stop = "settled"
-                    break
-    else:
-        lr_m, lr_e = math.frexp(lr)
-        for t in range(0, steps + 1):
-            if t > 0:
-                # ∇_W L = 2^k g' with g' = e^{log||g'||}·D the gradient of the rescaled problem at
-                # W' = W·2^k (data of order one), from the log-domain direction: its size is exact
-                # even where it leaves the normal range, and nothing here depends on the data's scale.
-                try:
-                    g_dir = normalized_risk_grad_of(
-                        sc.X, sc.Y, sc.z, sc.v, _to_logit_scale(sc, W), lo, **sc.mask_kw
-                    )
-                except NumericalError as exc:
-                    if not _is_stationary_error(exc):
-                        raise NumericalError(f"plain GD at step {t}: {exc}") from exc
-                    stop, saturated = "stationary", True  # ∇L = 0, or below the rounding of its own sum
-                    t -= 1
-                    break
-                if g_dir.log_norm < LOG_FLOAT_TINY:
-                    # g' (the gradient up to the exact factor 2^k) is below the normal range: in
-                    # float64 the update would not be η∇L (a scale-free test: the same at every scale).
-                    stop, saturated = "gradient underflow", True
-                    t -= 1
-                    break
-                if g_dir.log_norm > LOG_FLOAT_MAX:
-                    raise NumericalError(
-                        f"plain GD at step {t}: the gradient is not finite "
-                        f"(||∇L|| ≈ 2^{sc.k}·e^{g_dir.log_norm:.4g}); lower lr"
-                    )
-                # the step η·2^k·g' = (m·||g'||·D)·2^(e+k) with η = m·2^e, m ∈ [½, 1): the powers of
-                # two applied last (exact while normal, so the run is scale-equivariant)
-                with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
-                    Wn = W - np.ldexp((lr_m * math.exp(g_dir.log_norm)) * g_dir.direction, lr_e + sc.k)
-                if not np.all(np.isfinite(Wn)):
-                    raise NumericalError(
-                        f"plain GD diverged at step {t}: W became non-finite "
-                        f"(||∇L|| ≈ 2^{sc.k}·e^{g_dir.log_norm:.4g}); lower lr"
-                    )
-                if np.array_equal(Wn, W):
-                    # log ||η∇L||_F = log η + k·ln 2 + log ||g'||: a step below the normal range that is not
-                    # also below W's own rounding (W = 0, say) vanished by underflow, not by rounding
-                    # against W: the next iterate is not a normal double (at another scale it is; the
-                    # same run), the contract's error. Below W's rounding it is a stall at every scale.
-                    log_step = math.log(lr) + sc.k * _LN2 + g_dir.log_norm
-                    w_max = float(np.max(np.abs(W), initial=0.0))
-                    if log_step < LOG_FLOAT_TINY and (w_max == 0.0 or log_step > math.log(w_max * _EPS)):
-                        raise range_error(
-                            f"the step η·∇L of plain GD at step {t}",
-                            log_step,
-                            remedy="Scale lr (and W0) with the data: X·2^a, z·2^b is the same problem in W·2^−(a+b)",
-                        )
-                    stop, saturated = "stalled", True
-                    t -= 1
-                    break
-                W = _check_iterate(Wn, f"the iterate W_{t} of plain GD")
-            if t in rec_set:
-                record.append(_make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), keep))
-                if tol is not None and _settled(record, tol) and t < steps:
-                    stop = "settled"
-                    break
-        if saturated and (not record or record[-1].step != t):
-            record.append(_make_record(sc, W, lo, t, ref, _log10_grad_norm(sc, W, lo), keep))
+    run = _run_normalized if normalized else _run_plain
+    W, record, t, stop, saturated = run(sc, W, lo, lr, steps, rec_set, ref, keep, tol)
     if not keep_iterates:
         record = [r._replace(W=None) for r in record]
     return GDTrajectory(

@@ -37,6 +37,8 @@ from ..errors import AttnSVMError, MissingDependencyError
 
 if TYPE_CHECKING:
     from ..identities import ClaimReport
+    from .checkpoint import RunCheckpoint
+    from .results import ExperimentResult
 
 __all__ = ["main", "load_instance", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -416,18 +418,10 @@ def _prepare_out_dir(out_dir: Path, *, force: bool) -> None:
             e.unlink()
 
 
-def cmd_reproduce(args: argparse.Namespace) -> int:
-    """Run the experiments and write the report."""
-    _require_for("reproduce")
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
-
-    from . import runner as E
-    from .checkpoint import MANIFEST_FILE, CheckpointError, RunCheckpoint, run_settings
+def _check_reproduce_options(args: argparse.Namespace) -> None:
+    """Refuse (:class:`InputError`) a ``--jobs`` below 1, an unknown ``--scheduler``, ``--resume`` with
+    ``--force``, and a ``--device`` other than cpu or cuda (cuda: only where torch has it)."""
     from .distributed import DistributedError, check_scheduler
-    from .report import failed_claims, summary_rows, write_report
-    from .results import ExperimentResult
 
     if args.jobs < 1:
         raise InputError(f"--jobs must be ≥ 1; got {args.jobs}")
@@ -444,10 +438,19 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise InputError("--device cuda: CUDA is not available in this torch build; use --device cpu")
+
+
+def _select_experiments(only: str | None) -> tuple[list[str] | None, list[str]]:
+    """The experiments of the run: ``(names, selected)``, ``names`` the ``--only`` list as given (``None``:
+    all) and ``selected`` the registered experiments it keeps, in report order (``order``, then name).
+    Loads ``$ATTNSVM_EXTRA_EXPERIMENTS`` first; an unknown name in ``--only`` raises :class:`InputError`
+    listing the known ones."""
+    from . import runner as E
+
     E.load_extra_experiments()
     names = None
-    if args.only:
-        names = [s.strip() for s in args.only.split(",") if s.strip()]
+    if only:
+        names = [s.strip() for s in only.split(",") if s.strip()]
         unknown = [n for n in names if n not in E.EXPERIMENT_REGISTRY]
         if unknown:
             raise InputError(
@@ -456,7 +459,17 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             )
     selected = [s.name for s in sorted(E.EXPERIMENT_REGISTRY.values(), key=lambda s: (s.order, s.name))]
     selected = [n for n in selected if names is None or n in names]
-    out_dir = Path(args.out).resolve()
+    return names, selected
+
+
+def _open_run_folder(
+    args: argparse.Namespace, out_dir: Path, selected: list[str]
+) -> tuple[RunCheckpoint, dict[str, ExperimentResult]]:
+    """The run's checkpoint in ``out_dir`` and the experiments it already finished (``--resume`` of an
+    interrupted run; otherwise none, after :func:`_prepare_out_dir`). Fails now, not after minutes of
+    computing, when ``out_dir`` is not writable or a resumed run has other settings (:class:`InputError`)."""
+    from .checkpoint import MANIFEST_FILE, CheckpointError, RunCheckpoint, run_settings
+
     # Resumable: each finished experiment is saved under --out with a manifest of the run's settings.
     ckpt = RunCheckpoint(
         out_dir, run_settings(size=args.size, seed=args.seed, device=args.device, experiments=selected)
@@ -492,9 +505,26 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             f"({', '.join(finished)})",
             file=sys.stderr,
         )
-    _configure_threads()
+    return ckpt, finished
+
+
+def _run_with_progress(
+    args: argparse.Namespace,
+    names: list[str] | None,
+    ckpt: RunCheckpoint,
+    finished: dict[str, ExperimentResult],
+) -> list[ExperimentResult]:
+    """Run the experiments not yet ``finished`` (:func:`attnsvm.harness.runner.run_experiments`) with a
+    progress bar each on stderr (none with ``--quiet``), saving each result to ``ckpt`` as it arrives (a
+    result that cannot be saved is a warning) and printing its status line (not with ``--quiet``)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import runner as E
+    from .checkpoint import CheckpointError
+    from .distributed import DistributedError
+
     console = Console(stderr=True)
-    t0 = time.perf_counter()
     with Progress(
         TextColumn("{task.description:<36}"),
         BarColumn(),
@@ -526,7 +556,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             progress.console.print(f"{res.title}: {status} ({res.elapsed_s:.1f} s)")
 
         try:
-            results = E.run_experiments(
+            return E.run_experiments(
                 args.size,
                 args.seed,
                 args.jobs,
@@ -539,8 +569,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             )
         except DistributedError as exc:
             raise InputError(str(exc)) from None
-    elapsed = time.perf_counter() - t0
-    settings = {
+
+
+def _report_settings(args: argparse.Namespace, elapsed: float) -> dict[str, Any]:
+    """The run's settings as the report records them (size, seed, jobs, scheduler, device, elapsed_s)."""
+    return {
         "size": args.size,
         "seed": args.seed,
         "jobs": args.jobs,
@@ -548,7 +581,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         "device": args.device,
         "elapsed_s": round(elapsed, 1),
     }
-    write_report(results, args.out, settings)
+
+
+def _print_summary(
+    args: argparse.Namespace, results: list[ExperimentResult], elapsed: float, out_dir: Path
+) -> None:
+    """The summary table on stdout (one row per experiment; not with ``--quiet``), then where the report is."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .report import summary_rows
 
     table = Table(title=f"attnsvm reproduce ({args.size}, {elapsed:.0f} s) → {out_dir}")
     for col in ("experiment", "status", "checks", "findings", "time (s)"):
@@ -567,10 +609,40 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if not args.quiet:
         out.print(table)
     print(f"report: {out_dir / 'report.html'} (and report.md, results.json, PNG and CSV files)")
+
+
+def _report_failures(results: list[ExperimentResult]) -> int:
+    """One ``FAILED experiment/claim`` line on stderr per failed check; the exit code (1 if any, else 0)."""
+    from .report import failed_claims
+
     failed = failed_claims(results)
     for name, c in failed:
         print(f"FAILED {name}/{c.name}: {c.statement} — {c.message}", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    """Run the experiments and write the report.
+
+    The phases: check the options, select the experiments, open the run's folder (new or resumed), run
+    the experiments with progress, write the report files, print the summary and the failed checks.
+    Returns :data:`EXIT_FAILED` when a check failed, else :data:`EXIT_OK`; bad options raise
+    :class:`InputError` before anything is computed.
+    """
+    _require_for("reproduce")
+    from .report import write_report
+
+    _check_reproduce_options(args)
+    names, selected = _select_experiments(args.only)
+    out_dir = Path(args.out).resolve()
+    ckpt, finished = _open_run_folder(args, out_dir, selected)
+    _configure_threads()
+    t0 = time.perf_counter()
+    results = _run_with_progress(args, names, ckpt, finished)
+    elapsed = time.perf_counter() - t0
+    write_report(results, args.out, _report_settings(args, elapsed))
+    _print_summary(args, results, elapsed, out_dir)
+    return _report_failures(results)
 
 
 # ----------------------------------------------------------------------------- check

@@ -219,6 +219,95 @@ def render_figure(fig: Figure, path: Path) -> None:
     plt.close(f)
 
 
+def _draw_panel(ax: Any, panel: Any) -> None:
+    """One panel's series (:func:`_draw_series`), grey reference lines ``Panel.hlines``, axis scales,
+    limits and ticks (plain labels on log axes), title, axis labels and grid."""
+    drawn: list[tuple[str, Any, Any]] = []
+    for i, s in enumerate(panel.series):
+        _draw_series(ax, s, panel, drawn, i)
+    for j, (yv, lab) in enumerate(panel.hlines):
+        if math.isfinite(yv) and (yv > 0 or not panel.ylog):
+            ls, grey = HLINE_STYLES[j % len(HLINE_STYLES)]
+            ax.axhline(yv, color=grey, ls=ls, lw=1.1, label=lab or None, zorder=1)
+    if panel.xlog:
+        ax.set_xscale("log")
+    if panel.ylog:
+        ax.set_yscale("log")
+    if panel.ylim is not None:
+        ax.set_ylim(*panel.ylim)
+    if panel.xticks is not None:
+        ax.set_xticks(list(panel.xticks))
+        ax.set_xticklabels([_tick_label(float(v)) for v in panel.xticks])
+        if panel.xlog:
+            from matplotlib.ticker import NullFormatter, NullLocator
+
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_minor_formatter(NullFormatter())
+    elif panel.xlog:
+        _format_log_axis(ax.xaxis, *ax.get_xlim())
+    if panel.ylog:
+        _format_log_axis(ax.yaxis, *ax.get_ylim())
+    ax.set_title(panel.title, fontsize=10)
+    ax.set_xlabel(panel.xlabel)
+    ax.set_ylabel(panel.ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _draw_note(ax: Any, panel: Any) -> None:
+    """``Panel.note`` (if any) as a text box at ``Panel.note_loc``: ``"below"`` the x label,
+    ``"outside"`` right of the axes (under the legend), or a corner ``"lower left"`` … ``"upper right"``."""
+    if panel.note and panel.note_loc == "below":  # under the x label, whatever the tick labels' height
+        ax.annotate(
+            panel.note,
+            xy=(0.5, 0.0),
+            xycoords=ax.xaxis.label,
+            xytext=(0, -6),
+            textcoords="offset points",
+            fontsize=7.5,
+            va="top",
+            ha="center",
+            bbox={"boxstyle": "round", "fc": "white", "ec": "0.7"},
+        )
+    elif panel.note and panel.note_loc == "outside":  # under the legend, right of the axes
+        ax.text(
+            1.03,
+            0.0,
+            panel.note,
+            transform=ax.transAxes,
+            fontsize=7.5,
+            va="bottom",
+            ha="left",
+            bbox={"boxstyle": "round", "fc": "white", "ec": "0.7"},
+        )
+    elif panel.note:
+        vert, horiz = panel.note_loc.split()
+        ax.text(
+            0.02 if horiz == "left" else 0.98,
+            0.02 if vert == "lower" else 0.98,
+            panel.note,
+            transform=ax.transAxes,
+            fontsize=7.5,
+            va="bottom" if vert == "lower" else "top",
+            ha=horiz,
+            bbox={"boxstyle": "round", "fc": "white", "ec": "0.7", "alpha": 0.9},
+            zorder=10,
+        )
+
+
+def _place_legend(ax: Any, panel: Any, fig: Figure, merged: dict[str, Any]) -> None:
+    """The panel's legend: its entries collected into ``merged`` (first handle per label) when the
+    figure has one legend ``"below"``; else right of the axes (``"outside"``), at ``Panel.legend``, or
+    none (``"none"``, or nothing labelled)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if fig.legend == "below":
+        for hd, lab in zip(handles, labels, strict=True):
+            merged.setdefault(lab, hd)
+    elif handles and panel.legend == "outside":
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    elif handles and panel.legend != "none":
+        ax.legend(fontsize=8, loc=panel.legend)
+
+
 def draw_figure(fig: Figure) -> Any:
     """Draw ``fig`` with matplotlib (Agg) and return the ``matplotlib.figure.Figure`` (unsaved, open).
 
@@ -245,79 +334,9 @@ def draw_figure(fig: Figure) -> Any:
         ax.set_visible(False)
     merged: dict[str, Any] = {}
     for ax, panel in zip(axes.ravel()[:k], fig.panels, strict=True):
-        drawn: list[tuple[str, Any, Any]] = []
-        for i, s in enumerate(panel.series):
-            _draw_series(ax, s, panel, drawn, i)
-        for j, (yv, lab) in enumerate(panel.hlines):
-            if math.isfinite(yv) and (yv > 0 or not panel.ylog):
-                ls, grey = HLINE_STYLES[j % len(HLINE_STYLES)]
-                ax.axhline(yv, color=grey, ls=ls, lw=1.1, label=lab or None, zorder=1)
-        if panel.xlog:
-            ax.set_xscale("log")
-        if panel.ylog:
-            ax.set_yscale("log")
-        if panel.ylim is not None:
-            ax.set_ylim(*panel.ylim)
-        if panel.xticks is not None:
-            ax.set_xticks(list(panel.xticks))
-            ax.set_xticklabels([_tick_label(float(v)) for v in panel.xticks])
-            if panel.xlog:
-                from matplotlib.ticker import NullFormatter, NullLocator
-
-                ax.xaxis.set_minor_locator(NullLocator())
-                ax.xaxis.set_minor_formatter(NullFormatter())
-        elif panel.xlog:
-            _format_log_axis(ax.xaxis, *ax.get_xlim())
-        if panel.ylog:
-            _format_log_axis(ax.yaxis, *ax.get_ylim())
-        ax.set_title(panel.title, fontsize=10)
-        ax.set_xlabel(panel.xlabel)
-        ax.set_ylabel(panel.ylabel)
-        ax.grid(True, which="major", alpha=0.3)
-        if panel.note and panel.note_loc == "below":  # under the x label, whatever the tick labels' height
-            ax.annotate(
-                panel.note,
-                xy=(0.5, 0.0),
-                xycoords=ax.xaxis.label,
-                xytext=(0, -6),
-                textcoords="offset points",
-                fontsize=7.5,
-                va="top",
-                ha="center",
-                bbox={"boxstyle": "round", "fc": "white", "ec": "0.7"},
-            )
-        elif panel.note and panel.note_loc == "outside":  # under the legend, right of the axes
-            ax.text(
-                1.03,
-                0.0,
-                panel.note,
-                transform=ax.transAxes,
-                fontsize=7.5,
-                va="bottom",
-                ha="left",
-                bbox={"boxstyle": "round", "fc": "white", "ec": "0.7"},
-            )
-        elif panel.note:
-            vert, horiz = panel.note_loc.split()
-            ax.text(
-                0.02 if horiz == "left" else 0.98,
-                0.02 if vert == "lower" else 0.98,
-                panel.note,
-                transform=ax.transAxes,
-                fontsize=7.5,
-                va="bottom" if vert == "lower" else "top",
-                ha=horiz,
-                bbox={"boxstyle": "round", "fc": "white", "ec": "0.7", "alpha": 0.9},
-                zorder=10,
-            )
-        handles, labels = ax.get_legend_handles_labels()
-        if fig.legend == "below":
-            for hd, lab in zip(handles, labels, strict=True):
-                merged.setdefault(lab, hd)
-        elif handles and panel.legend == "outside":
-            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
-        elif handles and panel.legend != "none":
-            ax.legend(fontsize=8, loc=panel.legend)
+        _draw_panel(ax, panel)
+        _draw_note(ax, panel)
+        _place_legend(ax, panel, fig, merged)
     # ~10 characters of the 11-point title per inch of figure width: wrap instead of cropping.
     f.suptitle(textwrap.fill(fig.title, width=max(40, int(10 * width))), fontsize=11)
     if merged:
@@ -470,21 +489,12 @@ code{background:#f4f4f4;padding:0 .2em}
 """
 
 
-def write_report(
-    results: Sequence[ExperimentResult], out_dir: str | Path, settings: dict[str, Any]
-) -> dict[str, Any]:
-    """Write the report files for ``results`` under ``out_dir`` (created if needed).
-
-    Args:
-      results: the experiments' results, in report order.
-      out_dir: the output directory.
-      settings: the run's settings (size, seed, jobs, device, ...), recorded in the report.
-
-    Returns:
-      The ``results.json`` content (a dict), with ``"files"`` listing what was written.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def _write_figures_and_tables(
+    results: Sequence[ExperimentResult], out: Path
+) -> tuple[list[str], dict[tuple[str, str], Path]]:
+    """Each experiment's figures as ``<experiment>-<figure>.png`` and non-empty tables as
+    ``<experiment>-<table>.csv`` in ``out``; returns the file names written, in order, and each figure's
+    PNG path keyed by ``(experiment, figure)``."""
     files: list[str] = []
     pngs: dict[tuple[str, str], Path] = {}
     for r in results:
@@ -498,10 +508,18 @@ def write_report(
                 p = out / f"{r.name}-{tname}.csv"
                 _write_csv(rows, p)
                 files.append(p.name)
+    return files, pngs
 
-    meta = _meta(settings)
-    summary = summary_rows(results)
-    failed = failed_claims(results)
+
+def _results_doc(
+    results: Sequence[ExperimentResult],
+    meta: dict[str, Any],
+    summary: list[dict[str, Any]],
+    failed: list[tuple[str, ExperimentClaim]],
+) -> dict[str, Any]:
+    """The ``results.json`` document without its ``"files"``: format, meta, verdict, summary and every
+    experiment's fields, made JSON-ready (:func:`to_jsonable`), with ``"nonfinite"`` naming the JSON paths
+    of the non-finite floats (written as ``null``)."""
     raw = {
         "format": RESULTS_FORMAT,
         "meta": meta,
@@ -526,18 +544,39 @@ def write_report(
     }
     doc = to_jsonable(raw)
     doc["nonfinite"] = _nonfinite_paths(raw)
-    files += ["report.md", "report.html", "results.json"]
-    doc["files"] = files
-    (out / "results.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
+    return doc
 
-    settings_line = ", ".join(f"{k}={v}" for k, v in settings.items())
-    verdict = (
-        "all checks pass"
-        if not failed
-        else f"{len(failed)} check(s) FAILED: " + ", ".join(f"{name}/{c.name}" for name, c in failed)
-    )
 
-    # ---- Markdown
+def _md_experiment(r: ExperimentResult, pngs: dict[tuple[str, str], Path]) -> list[str]:
+    """The Markdown lines of one experiment's section: title, description, then (when available) time,
+    claims, numbers, figures (linked PNGs with captions) and tables."""
+    md = [f"## {r.title} (`{r.name}`)", "", r.description, ""]
+    if not r.available:
+        md += [f"_Not available: {r.reason}._", ""]
+        return md
+    md += [f"Time: {r.elapsed_s:.1f} s.", "", "### Claims", "", _md_table(_claim_rows(r))]
+    if r.numbers:
+        md += ["### Numbers", "", _md_table([{"quantity": k, "value": v} for k, v in r.numbers.items()])]
+    for fig in r.figures:
+        p = pngs[(r.name, fig.name)]
+        md += [f"![{fig.title}]({p.name})", ""]
+        if fig.caption:
+            md += [f"_{fig.caption}_", ""]
+    for tname, rows in r.tables.items():
+        md += [f"### Table `{tname}` ({len(rows)} rows; `{r.name}-{tname}.csv`)", "", _md_table(rows)]
+    return md
+
+
+def _markdown_report(
+    results: Sequence[ExperimentResult],
+    meta: dict[str, Any],
+    settings_line: str,
+    verdict: str,
+    summary: list[dict[str, Any]],
+    pngs: dict[tuple[str, str], Path],
+) -> str:
+    """``report.md``: the header (version, date, settings, verdict), the summary table and one
+    :func:`_md_experiment` section per result."""
     md = [
         "# attnsvm verification report",
         "",
@@ -552,27 +591,58 @@ def write_report(
         _md_table(summary),
     ]
     for r in results:
-        md += [f"## {r.title} (`{r.name}`)", "", r.description, ""]
-        if not r.available:
-            md += [f"_Not available: {r.reason}._", ""]
-            continue
-        md += [f"Time: {r.elapsed_s:.1f} s.", "", "### Claims", "", _md_table(_claim_rows(r))]
-        if r.numbers:
-            md += ["### Numbers", "", _md_table([{"quantity": k, "value": v} for k, v in r.numbers.items()])]
-        for fig in r.figures:
-            p = pngs[(r.name, fig.name)]
-            md += [f"![{fig.title}]({p.name})", ""]
-            if fig.caption:
-                md += [f"_{fig.caption}_", ""]
-        for tname, rows in r.tables.items():
-            md += [f"### Table `{tname}` ({len(rows)} rows; `{r.name}-{tname}.csv`)", "", _md_table(rows)]
-    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
+        md += _md_experiment(r, pngs)
+    return "\n".join(md)
 
-    # ---- HTML (self-contained)
-    def status_span(s: str) -> str:
-        cls = {"pass": "pass", "FAIL": "fail"}.get(s, "na")
-        return f'<span class="{cls}">{html.escape(s)}</span>'
 
+def _status_span(s: str) -> str:
+    """``s`` (a status) as an HTML span of class pass, fail or na."""
+    cls = {"pass": "pass", "FAIL": "fail"}.get(s, "na")
+    return f'<span class="{cls}">{html.escape(s)}</span>'
+
+
+def _html_experiment(r: ExperimentResult, pngs: dict[tuple[str, str], Path]) -> list[str]:
+    """The HTML of one experiment's section, as :func:`_md_experiment`, with the figures embedded as
+    base64 PNG data and each table folded in a ``<details>``."""
+    h = [f"<h2 id='{html.escape(r.name)}'>{html.escape(r.title)} (<code>{html.escape(r.name)}</code>)</h2>"]
+    h += [f"<p>{_inline(r.description)}</p>"]
+    if not r.available:
+        h += [f"<p class='na'>Not available: {_inline(r.reason)}.</p>"]
+        return h
+    h += [f"<p>Time: {r.elapsed_s:.1f} s.</p>", "<h3>Claims</h3>", _html_table(_claim_rows(r))]
+    if r.numbers:
+        h += [
+            "<h3>Numbers</h3>",
+            _html_table([{"quantity": k, "value": v} for k, v in r.numbers.items()]),
+        ]
+    for fig in r.figures:
+        data = base64.b64encode(pngs[(r.name, fig.name)].read_bytes()).decode("ascii")
+        h += [
+            "<figure>",
+            f"<img alt='{html.escape(fig.title)}' src='data:image/png;base64,{data}'>",
+            f"<figcaption>{html.escape(fig.title)}. {_inline(fig.caption)}</figcaption></figure>",
+        ]
+    for tname, rows in r.tables.items():
+        h += [
+            f"<details><summary>Table <code>{html.escape(tname)}</code> ({len(rows)} rows; "
+            f"<code>{html.escape(r.name)}-{html.escape(tname)}.csv</code>)</summary>",
+            _html_table(rows),
+            "</details>",
+        ]
+    return h
+
+
+def _html_report(
+    results: Sequence[ExperimentResult],
+    meta: dict[str, Any],
+    settings_line: str,
+    verdict: str,
+    passed: bool,
+    summary: list[dict[str, Any]],
+    pngs: dict[tuple[str, str], Path],
+) -> str:
+    """``report.html`` (self-contained): the header and summary as :func:`_markdown_report`, the verdict
+    marked pass or FAIL, and one :func:`_html_experiment` section per result."""
     h = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<title>attnsvm verification report</title>",
@@ -580,7 +650,7 @@ def write_report(
         "<h1>attnsvm verification report</h1>",
         f"<p>attnsvm {html.escape(str(meta['attnsvm']))}, {html.escape(str(meta['created']))}; "
         f"{html.escape(settings_line)}.</p>",
-        f"<p><strong>Verdict: {status_span('pass' if not failed else 'FAIL')} — {html.escape(verdict)}.</strong> "
+        f"<p><strong>Verdict: {_status_span('pass' if passed else 'FAIL')} — {html.escape(verdict)}.</strong> "
         "A <em>check</em> is a guarantee of the package (a failure makes <code>attnsvm reproduce</code> "
         "exit non-zero); a <em>finding</em> is a statement of the literature or a conjecture that the "
         "harness tests and reports either way.</p>",
@@ -588,33 +658,46 @@ def write_report(
         _html_table(summary),
     ]
     for r in results:
-        h += [
-            f"<h2 id='{html.escape(r.name)}'>{html.escape(r.title)} (<code>{html.escape(r.name)}</code>)</h2>"
-        ]
-        h += [f"<p>{_inline(r.description)}</p>"]
-        if not r.available:
-            h += [f"<p class='na'>Not available: {_inline(r.reason)}.</p>"]
-            continue
-        h += [f"<p>Time: {r.elapsed_s:.1f} s.</p>", "<h3>Claims</h3>", _html_table(_claim_rows(r))]
-        if r.numbers:
-            h += [
-                "<h3>Numbers</h3>",
-                _html_table([{"quantity": k, "value": v} for k, v in r.numbers.items()]),
-            ]
-        for fig in r.figures:
-            data = base64.b64encode(pngs[(r.name, fig.name)].read_bytes()).decode("ascii")
-            h += [
-                "<figure>",
-                f"<img alt='{html.escape(fig.title)}' src='data:image/png;base64,{data}'>",
-                f"<figcaption>{html.escape(fig.title)}. {_inline(fig.caption)}</figcaption></figure>",
-            ]
-        for tname, rows in r.tables.items():
-            h += [
-                f"<details><summary>Table <code>{html.escape(tname)}</code> ({len(rows)} rows; "
-                f"<code>{html.escape(r.name)}-{html.escape(tname)}.csv</code>)</summary>",
-                _html_table(rows),
-                "</details>",
-            ]
+        h += _html_experiment(r, pngs)
     h += ["</body></html>"]
-    (out / "report.html").write_text("\n".join(h), encoding="utf-8")
+    return "\n".join(h)
+
+
+def write_report(
+    results: Sequence[ExperimentResult], out_dir: str | Path, settings: dict[str, Any]
+) -> dict[str, Any]:
+    """Write the report files for ``results`` under ``out_dir`` (created if needed).
+
+    The figures (PNG) and tables (CSV) first, then ``results.json``, ``report.md`` and ``report.html``.
+
+    Args:
+      results: the experiments' results, in report order.
+      out_dir: the output directory.
+      settings: the run's settings (size, seed, jobs, device, ...), recorded in the report.
+
+    Returns:
+      The ``results.json`` content (a dict), with ``"files"`` listing what was written.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files, pngs = _write_figures_and_tables(results, out)
+
+    meta = _meta(settings)
+    summary = summary_rows(results)
+    failed = failed_claims(results)
+    doc = _results_doc(results, meta, summary, failed)
+    files += ["report.md", "report.html", "results.json"]
+    doc["files"] = files
+    (out / "results.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
+
+    settings_line = ", ".join(f"{k}={v}" for k, v in settings.items())
+    verdict = (
+        "all checks pass"
+        if not failed
+        else f"{len(failed)} check(s) FAILED: " + ", ".join(f"{name}/{c.name}" for name, c in failed)
+    )
+    md = _markdown_report(results, meta, settings_line, verdict, summary, pngs)
+    (out / "report.md").write_text(md, encoding="utf-8")
+    h = _html_report(results, meta, settings_line, verdict, not failed, summary, pngs)
+    (out / "report.html").write_text(h, encoding="utf-8")
     return doc
