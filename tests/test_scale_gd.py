@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import mpmath
@@ -258,3 +259,22 @@ def test_batched_engine_at_tiny_token_values_equals_run_gd(k: int, fast: bool) -
     bt = run_gd_batch([s], 50, 0.1, fast_path=fast)
     assert np.linalg.norm(bt.W[0] - tr.W) <= 1e-8 * np.linalg.norm(tr.W)
     assert abs(bt.log10_grad_norms[-1, 0] - tr.log10_grad_norms[-1]) <= 1e-8 * abs(tr.log10_grad_norms[-1])
+
+
+def test_normalized_run_gd_overflowing_iterate_is_refused_without_a_warning() -> None:
+    """Oracle: exact arithmetic. With d = 1 the normalized direction is ±1, so every step moves W by exactly
+    lr: W_k = ±(lr + lr + … + lr), k terms summed in float64. At lr = 1.8e307 the first iterate beyond FLOAT_MAX
+    (1.7977e308) is W_10 ≈ 1.8e308, which
+    must be refused by name, not computed as inf with numpy's overflow RuntimeWarning (found by the scale
+    sweep of the batched engine's property: data 1e-154, values 1.5e154)."""
+    inst = A.Instance(
+        np.array([[[1e-154], [-2e-154]]]), np.array([1.0]), np.array([1.5e154]), np.array([[1e-154]])
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w = 0.0
+        for _ in range(9):
+            w += 1.8e307
+        assert abs(float(A.run_gd(inst, 9, 1.8e307).W[0, 0])) == w
+        with pytest.raises(NumericalError, match=r"iterate W_10 of normalized GD is beyond any double"):
+            A.run_gd(inst, 10, 1.8e307)

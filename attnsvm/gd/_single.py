@@ -305,7 +305,8 @@ def _run_normalized(
                 gd = cur if cur is not None else _direction(sc, W, lo)
             except NumericalError as exc:
                 raise NumericalError(f"normalized GD at step {t}: {exc}") from exc
-            W = _check_iterate(W - lr * gd.direction, f"the iterate W_{t} of normalized GD")
+            with np.errstate(over="ignore"):  # an entry beyond the range is refused just below
+                W = _check_iterate(W - lr * gd.direction, f"the iterate W_{t} of normalized GD")
             cur = None
         if t in rec_set:
             cur, lg = _recorded_direction(sc, W, lo, t)
