@@ -66,6 +66,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -552,6 +553,374 @@ def _r(name: str, value: Any, unit: str, note: str, rng: Sequence[float] | None 
     }
 
 
+@dataclass(frozen=True)
+class _GDPlan:
+    """The sizes of one :func:`bench_gd` run.
+
+    ``batch`` instances of ``n × T × d`` (float64), ``repeat`` alternating rounds, the torch thread count
+    ``threads``; per round ``loop_steps`` loop steps (after ``warmup`` ones), ``batch_steps`` batched
+    steps per timing and the ``api_steps`` of the long public-API run; the probes' ``bw_bytes`` (bandwidth
+    copy) and ``gemm_size`` (GEMM matrix side). ``batch`` and ``repeat`` are the size's
+    (:data:`GD_SIZES`) unless given; the rest of the steps and the probes (:data:`GD_PROBES`) always are.
+    """
+
+    batch: int
+    repeat: int
+    n: int
+    T: int
+    d: int
+    threads: int
+    loop_steps: int
+    batch_steps: int
+    api_steps: int
+    warmup: int
+    bw_bytes: int
+    gemm_size: int
+
+
+@dataclass(frozen=True)
+class _GDWorkloads:
+    """The four timed batched workloads of a round (each a no-argument callable).
+
+    ``fast``/``log``: ``batch_steps`` steps ``W ← W − η ∇̂L(W)`` (``η = 0.1``) of the fast and the
+    log-domain engine from the same random ``W``; ``engine_run``: the fast engine's ``step_`` over
+    ``api_steps`` steps from ``W = 0`` (the trajectory the long API run takes); ``api_run``:
+    ``run_gd_batch(insts, api_steps, 0.1)`` with its default records.
+    """
+
+    fast: Callable[[], None]
+    log: Callable[[], None]
+    engine_run: Callable[[], None]
+    api_run: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class _GDRounds:
+    """Per-round figures in seconds per step, one entry per round: ``loops`` (lean autograd loop,
+    one instance), ``fasts`` and ``logs`` (one batched step, best of 3 timings), ``pubs`` (the
+    ``nn.Module`` loop), ``engs`` and ``apis`` (the long engine and API runs, one timing each)."""
+
+    loops: list[float]
+    pubs: list[float]
+    fasts: list[float]
+    logs: list[float]
+    engs: list[float]
+    apis: list[float]
+
+
+@dataclass(frozen=True)
+class _GDMedians:
+    """The medians of :class:`_GDRounds` (``t_* = median``, seconds per step) and the per-round ratios as
+    ``(median, min, max)`` (:func:`median_ratio`): ``ratio = batch·loop/fast``, ``ratio_pub =
+    batch·pub/fast``, ``ratio_log = batch·loop/log``, ``log_over_fast = log/fast``, ``api_over_step =
+    api/eng``."""
+
+    ratio: tuple[float, float, float]
+    ratio_pub: tuple[float, float, float]
+    ratio_log: tuple[float, float, float]
+    log_over_fast: tuple[float, float, float]
+    api_over_step: tuple[float, float, float]
+    t_loop: float
+    t_pub: float
+    t_step: float
+    t_log: float
+    t_eng_long: float
+    t_api_long: float
+
+
+@dataclass(frozen=True)
+class _GDCosts:
+    """Figures measured once after the rounds: ``t_setup`` (``BatchEngine.from_instances``, best of 3,
+    seconds), ``t_api`` (``run_gd_batch`` over ``batch_steps`` steps and one record, set-up included,
+    seconds per step), the copy bandwidth ``bw`` (bytes/s) and the GEMM rate ``gemm`` (flop/s)."""
+
+    t_setup: float
+    t_api: float
+    bw: float
+    gemm: float
+
+
+@dataclass(frozen=True)
+class _GDMeasured:
+    """Everything :func:`_gd_measure` timed: the ``rounds``, their ``medians`` and the one-off ``costs``."""
+
+    rounds: _GDRounds
+    medians: _GDMedians
+    costs: _GDCosts
+
+
+def _gd_plan(
+    quick: bool, tiny: bool, batch: int | None, repeat: int | None, n: int, T: int, d: int, threads: int
+) -> _GDPlan:
+    """The :class:`_GDPlan` of size ``tiny`` / ``quick`` / ``full`` (the first that applies)."""
+    size = "tiny" if tiny else "quick" if quick else "full"
+    cfg = GD_SIZES[size]
+    bw_bytes, gemm_size = GD_PROBES[size]
+    return _GDPlan(
+        batch=cfg["batch"] if batch is None else batch,
+        repeat=cfg["repeat"] if repeat is None else repeat,
+        n=n,
+        T=T,
+        d=d,
+        threads=threads,
+        loop_steps=cfg["loop_steps"],
+        batch_steps=cfg["batch_steps"],
+        api_steps=cfg["api_steps"],
+        warmup=cfg["warmup"],
+        bw_bytes=bw_bytes,
+        gemm_size=gemm_size,
+    )
+
+
+def _gd_workloads(insts: list[Any], plan: _GDPlan) -> _GDWorkloads:
+    """The fast and log-domain engines (logistic loss, CPU) on ``insts``, a random start
+    ``W ~ N(0, 1)/d`` (seed 0) and the four workloads of :class:`_GDWorkloads` over them."""
+    import torch
+
+    from ..gd import BatchEngine, run_gd_batch
+
+    batch, d, batch_steps, api_steps = plan.batch, plan.d, plan.batch_steps, plan.api_steps
+    eng = BatchEngine.from_instances(insts, loss="logistic", device="cpu")
+    eng_log = BatchEngine.from_instances(insts, loss="logistic", device="cpu", path="log")
+    W = torch.as_tensor(np.random.default_rng(0).standard_normal((batch, d, d)) / d)
+
+    def steps_of(e: Any) -> Callable[[], None]:
+        # the loop of run_gd_batch: gradient, then one fused in-place update per step
+        Wc = W.clone()
+
+        def f() -> None:
+            Wc.copy_(W)
+            for _ in range(batch_steps):
+                e.step_(Wc, 0.1)
+
+        return f
+
+    def engine_run() -> None:
+        # the engine's own steps over the trajectory the long API run takes (from W = 0, same lr)
+        Wz = torch.zeros((batch, d, d), dtype=torch.float64)
+        for _ in range(api_steps):
+            eng.step_(Wz, 0.1)
+
+    def api_run() -> None:
+        run_gd_batch(insts, api_steps, 0.1)  # what users call: default records (25 points)
+
+    return _GDWorkloads(fast=steps_of(eng), log=steps_of(eng_log), engine_run=engine_run, api_run=api_run)
+
+
+def _gd_rounds(insts: list[Any], work: _GDWorkloads, plan: _GDPlan) -> _GDRounds:
+    """One warm-up call of ``fast``, ``log`` and ``api_run``, then ``repeat`` alternating rounds, each:
+    lean loop, fast step, ``nn.Module`` loop, log-domain step, long engine run, long API run (seconds
+    per step; a loop's is ``1 / rate`` on ``insts[0]``, a batched step's the best of 3 over ``batch_steps``)."""
+    batch_steps, api_steps = plan.batch_steps, plan.api_steps
+    work.fast()  # warm-up
+    work.log()
+    work.api_run()
+    loops, pubs, fasts, logs, engs, apis = [], [], [], [], [], []
+    for _ in range(plan.repeat):  # alternating rounds: a load burst hits both sides of a round
+        loops.append(1.0 / autograd_loop_rate(insts[0], plan.loop_steps, warmup=plan.warmup))
+        fasts.append(min(_times(work.fast, 3)) / batch_steps)
+        pubs.append(1.0 / published_loop_rate(insts[0], plan.loop_steps, warmup=plan.warmup))
+        logs.append(min(_times(work.log, 3)) / batch_steps)
+        engs.append(_times(work.engine_run, 1)[0] / api_steps)
+        apis.append(_times(work.api_run, 1)[0] / api_steps)
+    return _GDRounds(loops=loops, pubs=pubs, fasts=fasts, logs=logs, engs=engs, apis=apis)
+
+
+def _gd_medians(r: _GDRounds, batch: int) -> _GDMedians:
+    """The medians and per-round ratios of :class:`_GDMedians` (``ValueError`` with no rounds)."""
+    ratio = median_ratio(r.loops, r.fasts, scale=batch)
+    ratio_pub = median_ratio(r.pubs, r.fasts, scale=batch)
+    ratio_log = median_ratio(r.loops, r.logs, scale=batch)
+    log_over_fast = median_ratio(r.logs, r.fasts)
+    api_over_step = median_ratio(r.apis, r.engs)
+    t_loop, t_pub, t_step, t_log = (float(np.median(a)) for a in (r.loops, r.pubs, r.fasts, r.logs))
+    return _GDMedians(
+        ratio=ratio,
+        ratio_pub=ratio_pub,
+        ratio_log=ratio_log,
+        log_over_fast=log_over_fast,
+        api_over_step=api_over_step,
+        t_loop=t_loop,
+        t_pub=t_pub,
+        t_step=t_step,
+        t_log=t_log,
+        t_eng_long=float(np.median(r.engs)),
+        t_api_long=float(np.median(r.apis)),
+    )
+
+
+def _gd_costs(insts: list[Any], plan: _GDPlan) -> _GDCosts:
+    """The one-off figures of :class:`_GDCosts`, in that order."""
+    from ..gd import BatchEngine, run_gd_batch
+
+    batch_steps = plan.batch_steps
+    t_setup = min(_times(lambda: BatchEngine.from_instances(insts), 3))  # stacking, checks, constants
+    # the public entry point, end to end (stacking, transfers, one record at the end)
+    t0 = time.perf_counter()
+    run_gd_batch(insts, batch_steps, 0.1, record_at=[batch_steps])
+    t_api = (time.perf_counter() - t0) / batch_steps
+    return _GDCosts(
+        t_setup=t_setup, t_api=t_api, bw=memory_bandwidth(plan.bw_bytes), gemm=gemm_rate(plan.gemm_size)
+    )
+
+
+def _gd_measure(plan: _GDPlan) -> _GDMeasured:
+    """With torch's thread count set to ``plan.threads`` (restored afterwards, also on error): the
+    ``batch`` instances ``random_instance(n, T, d, seed=s)``, ``s = 0 … batch − 1``, their workloads,
+    the rounds, their medians and ratios, then the one-off costs."""
+    import torch
+
+    from ..model._instance import random_instance
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(plan.threads)
+    try:
+        insts = [random_instance(plan.n, plan.T, plan.d, seed=s) for s in range(plan.batch)]
+        work = _gd_workloads(insts, plan)
+        rounds = _gd_rounds(insts, work, plan)
+        medians = _gd_medians(rounds, plan.batch)
+        costs = _gd_costs(insts, plan)
+    finally:
+        torch.set_num_threads(old_threads)
+    return _GDMeasured(rounds=rounds, medians=medians, costs=costs)
+
+
+def _gd_context_rows(plan: _GDPlan, load0: float | None) -> list[dict[str, Any]]:
+    """Rows ``load_avg_start`` (``load0``), ``load_avg_end`` (read now), ``threads``, ``batch``, ``rounds``."""
+    n, T, d = plan.n, plan.T, plan.d
+    return [
+        _r("load_avg_start", load0, "", f"1-min load average on {os.cpu_count()} cores, before"),
+        _r("load_avg_end", _load(), "", "after; load shares the CPU and the figures"),
+        _r("threads", plan.threads, "", "torch.set_num_threads, both engines"),
+        _r("batch", plan.batch, "instances", f"n={n}, T={T}, d={d}, float64"),
+        _r("rounds", plan.repeat, "", "loop and batched measured alternately; medians and ranges"),
+    ]
+
+
+def _gd_step_rows(plan: _GDPlan, m: _GDMeasured) -> list[dict[str, Any]]:
+    """Rows of the loops' and the batched step's times and rates (ms = 10³·s, rates = 1/t or batch/t) and
+    ``log_over_fast``; ranges over the rounds."""
+    r, md, batch = m.rounds, m.medians, plan.batch
+    ms = (1e3 * min(r.loops), 1e3 * max(r.loops))
+    return [
+        _r("loop_rate", 1.0 / md.t_loop, "instance-steps/s", "autograd + SGD, one instance"),
+        _r("batch", batch, "instances", "instances per batched step"),
+        _r("loop_step_ms", 1e3 * md.t_loop, "ms", "per-instance step", ms),
+        _r(
+            "published_loop_step_ms",
+            1e3 * md.t_pub,
+            "ms",
+            "nn.Module loop written as the seed papers' code",
+            (1e3 * min(r.pubs), 1e3 * max(r.pubs)),
+        ),
+        _r("batched_rate", batch / md.t_step, "instance-steps/s", "closed-form batched step (fast path)"),
+        _r(
+            "batched_step_ms",
+            1e3 * md.t_step,
+            "ms",
+            f"one step of {batch} instances",
+            (1e3 * min(r.fasts), 1e3 * max(r.fasts)),
+        ),
+        _r(
+            "log_step_ms",
+            1e3 * md.t_log,
+            "ms",
+            "same step, log-domain path forced (saturated regime)",
+            (1e3 * min(r.logs), 1e3 * max(r.logs)),
+        ),
+        _r(
+            "log_over_fast",
+            md.log_over_fast[0],
+            "x",
+            "log-domain step / fast step, median per-round ratio; target <= 1.25 at batch 4096",
+            md.log_over_fast[1:],
+        ),
+    ]
+
+
+def _gd_api_rows(plan: _GDPlan, m: _GDMeasured) -> list[dict[str, Any]]:
+    """Rows of the public entry point: ``api_step_ms``, ``api_setup_ms``, the long runs' per-step times
+    and their ratio ``api_over_step``."""
+    r, md, c = m.rounds, m.medians, m.costs
+    batch_steps, api_steps = plan.batch_steps, plan.api_steps
+    return [
+        _r(
+            "api_step_ms",
+            1e3 * c.t_api,
+            "ms",
+            f"run_gd_batch end to end, {batch_steps} steps and one record, per step (one run; set-up included)",
+        ),
+        _r(
+            "api_setup_ms",
+            1e3 * c.t_setup,
+            "ms",
+            "BatchEngine.from_instances: stacking, checks, constant data",
+        ),
+        _r(
+            "engine_long_step_ms",
+            1e3 * md.t_eng_long,
+            "ms",
+            f"the engine's step_ over {api_steps} steps from W = 0 (the API run's trajectory)",
+            (1e3 * min(r.engs), 1e3 * max(r.engs)),
+        ),
+        _r(
+            "api_long_step_ms",
+            1e3 * md.t_api_long,
+            "ms",
+            f"run_gd_batch end to end, {api_steps} steps, its default records (up to 25), per step",
+            (1e3 * min(r.apis), 1e3 * max(r.apis)),
+        ),
+        _r(
+            "api_over_step",
+            md.api_over_step[0],
+            "x",
+            f"api_long / engine_long, median per-round ratio ({api_steps} steps); target <= 1.2 at batch 4096",
+            md.api_over_step[1:],
+        ),
+    ]
+
+
+def _gd_ratio_rows(md: _GDMedians) -> list[dict[str, Any]]:
+    """Rows of the headline ratios (batched over loop, per round): ``ratio``, ``ratio_published``,
+    ``ratio_log_path``."""
+    return [
+        _r(
+            "ratio",
+            md.ratio[0],
+            "x",
+            "median per-round ratio; targets >= 200 (issue 4), >= 400 (issue 16)",
+            md.ratio[1:],
+        ),
+        _r("ratio_published", md.ratio_pub[0], "x", "against the nn.Module loop", md.ratio_pub[1:]),
+        _r(
+            "ratio_log_path",
+            md.ratio_log[0],
+            "x",
+            "median per-round ratio, log-domain path; target >= 400 at batch 4096",
+            md.ratio_log[1:],
+        ),
+    ]
+
+
+def _gd_machine_rows(plan: _GDPlan, m: _GDMeasured) -> list[dict[str, Any]]:
+    """Rows against the machine: the bandwidth floor ``2·(8·batch·n·T·d)/bw`` (``X`` streamed twice per
+    step) and the step's useful flops ``batch·(4·n·d² + 4·n·T·d)`` against the GEMM rate."""
+    batch, n, T, d = plan.batch, plan.n, plan.T, plan.d
+    t_step, t_log, bw, gemm = m.medians.t_step, m.medians.t_log, m.costs.bw, m.costs.gemm
+    floor = 2 * (8 * batch * n * T * d) / bw  # X: batch·n·T·d doubles, streamed twice per step
+    flops = batch * (2 * n * d * d + 2 * n * T * d + 2 * n * T * d + 2 * n * d * d)
+    return [
+        _r("bandwidth", bw / 1e9, "GB/s", "large numpy copy, read+write"),
+        _r("floor_step_ms", 1e3 * floor, "ms", "2 * X.nbytes / bandwidth"),
+        _r("step_over_floor", t_step / floor, "x", "1 = at the bandwidth floor"),
+        _r("log_step_over_floor", t_log / floor, "x", "log-domain step / bandwidth floor"),
+        _r("gemm_rate", gemm / 1e9, "GFLOP/s", "torch.matmul float64"),
+        _r("step_gflops", flops / t_step / 1e9, "GFLOP/s", "useful flops of the step"),
+        _r("gemm_fraction", flops / t_step / gemm, "", "step flop rate / GEMM rate"),
+        _r("log_gemm_fraction", flops / t_log / gemm, "", "log-domain step flop rate / GEMM rate"),
+    ]
+
+
 def bench_gd(
     quick: bool = False,
     batch: int | None = None,
@@ -569,171 +938,16 @@ def bench_gd(
     (4096 and 5 rounds full; 512 and 3 quick; 16 and 2 tiny). The torch thread count is set to
     ``threads`` for both engines and restored afterwards.
     """
-    import torch
-
-    from ..gd import BatchEngine, run_gd_batch
-    from ..model._instance import random_instance
-
-    size = "tiny" if tiny else "quick" if quick else "full"
-    cfg = GD_SIZES[size]
-    batch = cfg["batch"] if batch is None else batch
-    repeat = cfg["repeat"] if repeat is None else repeat
-    loop_steps, batch_steps = cfg["loop_steps"], cfg["batch_steps"]
-    bw_bytes, gemm_size = GD_PROBES[size]
+    plan = _gd_plan(quick, tiny, batch, repeat, n, T, d, threads)
     load0 = _load()
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        insts = [random_instance(n, T, d, seed=s) for s in range(batch)]
-        eng = BatchEngine.from_instances(insts, loss="logistic", device="cpu")
-        eng_log = BatchEngine.from_instances(insts, loss="logistic", device="cpu", path="log")
-        W = torch.as_tensor(np.random.default_rng(0).standard_normal((batch, d, d)) / d)
-
-        def steps_of(e: Any) -> Callable[[], None]:
-            # the loop of run_gd_batch: gradient, then one fused in-place update per step
-            Wc = W.clone()
-
-            def f() -> None:
-                Wc.copy_(W)
-                for _ in range(batch_steps):
-                    e.step_(Wc, 0.1)
-
-            return f
-
-        fast_fn, log_fn = steps_of(eng), steps_of(eng_log)
-        api_steps = cfg["api_steps"]
-
-        def engine_run() -> None:
-            # the engine's own steps over the trajectory the long API run takes (from W = 0, same lr)
-            Wz = torch.zeros((batch, d, d), dtype=torch.float64)
-            for _ in range(api_steps):
-                eng.step_(Wz, 0.1)
-
-        def api_run() -> None:
-            run_gd_batch(insts, api_steps, 0.1)  # what users call: default records (25 points)
-
-        fast_fn()  # warm-up
-        log_fn()
-        api_run()
-        loops, pubs, fasts, logs, engs, apis = [], [], [], [], [], []
-        for _ in range(repeat):  # alternating rounds: a load burst hits both sides of a round
-            loops.append(1.0 / autograd_loop_rate(insts[0], loop_steps, warmup=cfg["warmup"]))
-            fasts.append(min(_times(fast_fn, 3)) / batch_steps)
-            pubs.append(1.0 / published_loop_rate(insts[0], loop_steps, warmup=cfg["warmup"]))
-            logs.append(min(_times(log_fn, 3)) / batch_steps)
-            engs.append(_times(engine_run, 1)[0] / api_steps)
-            apis.append(_times(api_run, 1)[0] / api_steps)
-        ratio = median_ratio(loops, fasts, scale=batch)
-        ratio_pub = median_ratio(pubs, fasts, scale=batch)
-        ratio_log = median_ratio(loops, logs, scale=batch)
-        log_over_fast = median_ratio(logs, fasts)
-        api_over_step = median_ratio(apis, engs)
-        t_loop, t_pub, t_step, t_log = (float(np.median(a)) for a in (loops, pubs, fasts, logs))
-        t_eng_long, t_api_long = float(np.median(engs)), float(np.median(apis))
-        t_setup = min(_times(lambda: BatchEngine.from_instances(insts), 3))  # stacking, checks, constants
-        # the public entry point, end to end (stacking, transfers, one record at the end)
-        t0 = time.perf_counter()
-        run_gd_batch(insts, batch_steps, 0.1, record_at=[batch_steps])
-        t_api = (time.perf_counter() - t0) / batch_steps
-        bw = memory_bandwidth(bw_bytes)
-        gemm = gemm_rate(gemm_size)
-    finally:
-        torch.set_num_threads(old_threads)
-    floor = 2 * (8 * batch * n * T * d) / bw  # X: batch·n·T·d doubles, streamed twice per step
-    flops = batch * (2 * n * d * d + 2 * n * T * d + 2 * n * T * d + 2 * n * d * d)
-    ms = (1e3 * min(loops), 1e3 * max(loops))
-    return [
-        _r("load_avg_start", load0, "", f"1-min load average on {os.cpu_count()} cores, before"),
-        _r("load_avg_end", _load(), "", "after; load shares the CPU and the figures"),
-        _r("threads", threads, "", "torch.set_num_threads, both engines"),
-        _r("batch", batch, "instances", f"n={n}, T={T}, d={d}, float64"),
-        _r("rounds", repeat, "", "loop and batched measured alternately; medians and ranges"),
-        _r("loop_rate", 1.0 / t_loop, "instance-steps/s", "autograd + SGD, one instance"),
-        _r("batch", batch, "instances", "instances per batched step"),
-        _r("loop_step_ms", 1e3 * t_loop, "ms", "per-instance step", ms),
-        _r(
-            "published_loop_step_ms",
-            1e3 * t_pub,
-            "ms",
-            "nn.Module loop written as the seed papers' code",
-            (1e3 * min(pubs), 1e3 * max(pubs)),
-        ),
-        _r("batched_rate", batch / t_step, "instance-steps/s", "closed-form batched step (fast path)"),
-        _r(
-            "batched_step_ms",
-            1e3 * t_step,
-            "ms",
-            f"one step of {batch} instances",
-            (1e3 * min(fasts), 1e3 * max(fasts)),
-        ),
-        _r(
-            "log_step_ms",
-            1e3 * t_log,
-            "ms",
-            "same step, log-domain path forced (saturated regime)",
-            (1e3 * min(logs), 1e3 * max(logs)),
-        ),
-        _r(
-            "log_over_fast",
-            log_over_fast[0],
-            "x",
-            "log-domain step / fast step, median per-round ratio; target <= 1.25 at batch 4096",
-            log_over_fast[1:],
-        ),
-        _r(
-            "api_step_ms",
-            1e3 * t_api,
-            "ms",
-            f"run_gd_batch end to end, {batch_steps} steps and one record, per step (one run; set-up included)",
-        ),
-        _r(
-            "api_setup_ms", 1e3 * t_setup, "ms", "BatchEngine.from_instances: stacking, checks, constant data"
-        ),
-        _r(
-            "engine_long_step_ms",
-            1e3 * t_eng_long,
-            "ms",
-            f"the engine's step_ over {api_steps} steps from W = 0 (the API run's trajectory)",
-            (1e3 * min(engs), 1e3 * max(engs)),
-        ),
-        _r(
-            "api_long_step_ms",
-            1e3 * t_api_long,
-            "ms",
-            f"run_gd_batch end to end, {api_steps} steps, its default records (up to 25), per step",
-            (1e3 * min(apis), 1e3 * max(apis)),
-        ),
-        _r(
-            "api_over_step",
-            api_over_step[0],
-            "x",
-            f"api_long / engine_long, median per-round ratio ({api_steps} steps); target <= 1.2 at batch 4096",
-            api_over_step[1:],
-        ),
-        _r(
-            "ratio",
-            ratio[0],
-            "x",
-            "median per-round ratio; targets >= 200 (issue 4), >= 400 (issue 16)",
-            ratio[1:],
-        ),
-        _r("ratio_published", ratio_pub[0], "x", "against the nn.Module loop", ratio_pub[1:]),
-        _r(
-            "ratio_log_path",
-            ratio_log[0],
-            "x",
-            "median per-round ratio, log-domain path; target >= 400 at batch 4096",
-            ratio_log[1:],
-        ),
-        _r("bandwidth", bw / 1e9, "GB/s", "large numpy copy, read+write"),
-        _r("floor_step_ms", 1e3 * floor, "ms", "2 * X.nbytes / bandwidth"),
-        _r("step_over_floor", t_step / floor, "x", "1 = at the bandwidth floor"),
-        _r("log_step_over_floor", t_log / floor, "x", "log-domain step / bandwidth floor"),
-        _r("gemm_rate", gemm / 1e9, "GFLOP/s", "torch.matmul float64"),
-        _r("step_gflops", flops / t_step / 1e9, "GFLOP/s", "useful flops of the step"),
-        _r("gemm_fraction", flops / t_step / gemm, "", "step flop rate / GEMM rate"),
-        _r("log_gemm_fraction", flops / t_log / gemm, "", "log-domain step flop rate / GEMM rate"),
-    ]
+    m = _gd_measure(plan)
+    return (
+        _gd_context_rows(plan, load0)
+        + _gd_step_rows(plan, m)
+        + _gd_api_rows(plan, m)
+        + _gd_ratio_rows(m.medians)
+        + _gd_machine_rows(plan, m)
+    )
 
 
 # --------------------------------------------------------------------------- formatting

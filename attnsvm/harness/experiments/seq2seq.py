@@ -395,120 +395,142 @@ def _causal_violations(run: Seq2SeqRun) -> int:
     return int(np.sum(np.asarray(run.tokens_final).reshape(n, T) > np.arange(T)[None, :]))
 
 
+def _feasible_claim(setting: str, rates: list[Seq2SeqRate]) -> ExperimentClaim:
+    """Finding ``alpha-final-feasible/<setting>``: passes iff there are runs and
+    ``Σ feasible_runs = Σ runs`` over the setting's ``rates``."""
+    runs = sum(r.runs for r in rates)
+    feas = sum(r.feasible_runs for r in rates)
+    per_shape = "; ".join(f"{_shape_text(r.shape)}: {r.feasible_runs}/{r.runs}" for r in rates)
+    return ExperimentClaim(
+        name=f"alpha-final-feasible/{setting}",
+        statement=f"{setting}: the tokens GD selects at the end, α_final, are a feasible Att-SVM "
+        "choice in every run (solve_svm succeeds)",
+        passed=runs > 0 and feas == runs,
+        message=f"feasible in {feas}/{runs} runs ({per_shape}); a tie-free argmax is always "
+        "feasible (the final iterate separates its own tokens), so only ties can refute this",
+        severity="finding",
+    )
+
+
+def _locally_optimal_claim(setting: str, rates: list[Seq2SeqRate], marks: tuple[int, ...]) -> ExperimentClaim:
+    """Finding ``alpha-final-locally-optimal/<setting>``: passes iff there are runs and
+    ``Σ locally_optimal_runs = Σ runs`` over the setting's ``rates`` (after ``marks[-1]`` steps)."""
+    runs = sum(r.runs for r in rates)
+    locopt = sum(r.locally_optimal_runs for r in rates)
+    per_shape = "; ".join(
+        f"{_shape_text(r.shape)}: {r.locally_optimal_runs}/{r.runs}, median margin ratio "
+        f"{_fmt(r.median_margin_ratio)}, tokens settled from step {_fmt(r.median_settled_step)} (median)"
+        for r in rates
+    )
+    return ExperimentClaim(
+        name=f"alpha-final-locally-optimal/{setting}",
+        statement=f"{setting}: α_final is locally optimal in every run (every support token of a "
+        "query scores below its selected token), as the single-query theorem's limits are",
+        passed=runs > 0 and locopt == runs,
+        message=f"locally optimal in {locopt}/{runs} runs after {marks[-1]} steps ({per_shape}; the "
+        "margin ratio min-margin(Ŵ_final)·||W_mm|| is 1 exactly at W_mm's direction)",
+        severity="finding",
+    )
+
+
+def _gap_falls_claim(setting: str, r: Seq2SeqRate, marks: tuple[int, ...]) -> ExperimentClaim:
+    """Finding ``gap-falls/<setting>/<shape>``: passes iff ``r.shrink ≥`` :data:`GAP_SHRINK` (the median gap
+    at the first fitted record ``marks[k0]`` over the final one; NaN fails)."""
+    k0 = _halfway(marks)
+    shrink = r.shrink
+    return ExperimentClaim(
+        name=f"gap-falls/{setting}/{_shape_text(r.shape)}",
+        statement=f"{setting}, n×T×d = {_shape_text(r.shape)}: the median gap "
+        f"1 − corr(W(t), W_mm(α_final)) falls ≥ {GAP_SHRINK:g}× over the last half of the "
+        "record points, as single-query normalized GD's does",
+        passed=bool(shrink >= GAP_SHRINK),
+        message=f"median gap {_fmt(r.median_gap_halfway)} at step {marks[k0]} → "
+        f"{_fmt(r.median_final_gap)} at step {marks[-1]} ({_fmt(shrink)}×; max final "
+        f"{_fmt(r.max_final_gap)}); slope vs steps {_fmt(r.slope_vs_steps)} "
+        f"(R² {_fmt(r.r2_vs_steps)}); {r.feasible_runs}/{r.runs} runs with a feasible α_final",
+        severity="finding",
+    )
+
+
+def _rate_claim(result: Seq2SeqResult, setting: str, r: Seq2SeqRate) -> ExperimentClaim:
+    """Finding ``rate-as-single-query/<setting>/<shape>``: with ``c`` the single-query control of the same
+    shape, passes iff ``r.median_run_slope − c.median_run_slope ≤`` :data:`RATE_Z` ``·√(se_r² + se_c²)``
+    (NaN fails); fails when no control of that shape was run."""
+    ctl = _rate_of(result, "single", r.shape)
+    if ctl is None:
+        passed, msg = False, "no single-query control was run for this shape"
+    else:
+        diff = r.median_run_slope - ctl.median_run_slope
+        bound = RATE_Z * math.hypot(r.run_slope_se, ctl.run_slope_se)
+        passed = bool(diff <= bound)
+        verdict = "within" if passed else "beyond"
+        msg = (
+            f"median per-run slope vs steps {_fmt(r.median_run_slope)} (SE {_fmt(r.run_slope_se)}, "
+            f"{r.fitted_runs}/{r.runs} runs fitted) against the control's "
+            f"{_fmt(ctl.median_run_slope)} (SE {_fmt(ctl.run_slope_se)}, {ctl.fitted_runs}/{ctl.runs}): "
+            f"shallower by {_fmt(diff)}, {verdict} {RATE_Z:g} standard errors ({_fmt(bound)})"
+        )
+    return ExperimentClaim(
+        name=f"rate-as-single-query/{setting}/{_shape_text(r.shape)}",
+        statement=f"{setting}, n×T×d = {_shape_text(r.shape)}: the gap falls at the single-query "
+        "rate (the median per-run log-log slope against steps is not shallower than the "
+        f"single-query control's on the same data by more than {RATE_Z:g} standard errors)",
+        passed=passed,
+        message=msg,
+        severity="finding",
+    )
+
+
+def _svm_certified_claim(result: Seq2SeqResult, size: str) -> ExperimentClaim:
+    """Check ``svm-certified``: passes iff every run with a feasible α_final has a certified solve."""
+    feasible = [r for r in result.runs if r.feasible]
+    uncert = [r for r in feasible if not r.certified]
+    return ExperimentClaim(
+        name="svm-certified",
+        statement="every feasible Att-SVM(α_final), masked (causal) or not, is solved with a certificate",
+        passed=len(uncert) == 0,
+        message=f"{len(feasible) - len(uncert)}/{len(feasible)} feasible solves certified"
+        + (
+            "; uncertified: " + ", ".join(f"{r.setting} {_shape_text(r.shape)} seed {r.seed}" for r in uncert)
+            if uncert
+            else ""
+        ),
+        severity=check_severity(size),
+    )
+
+
+def _causal_tokens_claim(result: Seq2SeqResult, size: str) -> ExperimentClaim:
+    """Check ``causal-tokens-allowed``: passes iff causal runs exist and no query ``(i, k)`` of one selects
+    ``t > k`` (:func:`_causal_violations`)."""
+    causal = [r for r in result.runs if r.setting == "causal"]
+    bad = sum(_causal_violations(r) for r in causal)
+    queries = sum(int(np.asarray(r.tokens_final).size) for r in causal)
+    return ExperimentClaim(
+        name="causal-tokens-allowed",
+        statement="in causal runs no query (i, k) selects a later token t > k (masked tokens are never "
+        "selected)",
+        passed=bool(causal) and bad == 0,
+        message=f"{bad} of {queries} final causal token choices select a masked token ({len(causal)} runs)",
+        severity=check_severity(size),
+    )
+
+
 def check_seq2seq(result: Seq2SeqResult, *, size: str) -> list[ExperimentClaim]:
     """The findings ``alpha-final-feasible/<setting>``, ``alpha-final-locally-optimal/<setting>``,
     ``gap-falls/<setting>/<shape>``, ``rate-as-single-query/<setting>/<shape>`` (the single-query theory's
     predictions, measured) and the checks ``svm-certified``, ``causal-tokens-allowed`` (findings at size
     tiny)."""
     claims: list[ExperimentClaim] = []
-    marks = result.marks
-    k0 = _halfway(marks)
     for setting in SEQ2SEQ_SETTINGS:
         rates = [r for r in result.rates if r.setting == setting]
-        runs = sum(r.runs for r in rates)
-        feas = sum(r.feasible_runs for r in rates)
-        locopt = sum(r.locally_optimal_runs for r in rates)
-        per_shape = "; ".join(f"{_shape_text(r.shape)}: {r.feasible_runs}/{r.runs}" for r in rates)
-        claims.append(
-            ExperimentClaim(
-                name=f"alpha-final-feasible/{setting}",
-                statement=f"{setting}: the tokens GD selects at the end, α_final, are a feasible Att-SVM "
-                "choice in every run (solve_svm succeeds)",
-                passed=runs > 0 and feas == runs,
-                message=f"feasible in {feas}/{runs} runs ({per_shape}); a tie-free argmax is always "
-                "feasible (the final iterate separates its own tokens), so only ties can refute this",
-                severity="finding",
-            )
-        )
-        per_shape = "; ".join(
-            f"{_shape_text(r.shape)}: {r.locally_optimal_runs}/{r.runs}, median margin ratio "
-            f"{_fmt(r.median_margin_ratio)}, tokens settled from step {_fmt(r.median_settled_step)} (median)"
-            for r in rates
-        )
-        claims.append(
-            ExperimentClaim(
-                name=f"alpha-final-locally-optimal/{setting}",
-                statement=f"{setting}: α_final is locally optimal in every run (every support token of a "
-                "query scores below its selected token), as the single-query theorem's limits are",
-                passed=runs > 0 and locopt == runs,
-                message=f"locally optimal in {locopt}/{runs} runs after {marks[-1]} steps ({per_shape}; the "
-                "margin ratio min-margin(Ŵ_final)·||W_mm|| is 1 exactly at W_mm's direction)",
-                severity="finding",
-            )
-        )
+        claims.append(_feasible_claim(setting, rates))
+        claims.append(_locally_optimal_claim(setting, rates, result.marks))
         for r in rates:
-            shrink = r.shrink
-            claims.append(
-                ExperimentClaim(
-                    name=f"gap-falls/{setting}/{_shape_text(r.shape)}",
-                    statement=f"{setting}, n×T×d = {_shape_text(r.shape)}: the median gap "
-                    f"1 − corr(W(t), W_mm(α_final)) falls ≥ {GAP_SHRINK:g}× over the last half of the "
-                    "record points, as single-query normalized GD's does",
-                    passed=bool(shrink >= GAP_SHRINK),
-                    message=f"median gap {_fmt(r.median_gap_halfway)} at step {marks[k0]} → "
-                    f"{_fmt(r.median_final_gap)} at step {marks[-1]} ({_fmt(shrink)}×; max final "
-                    f"{_fmt(r.max_final_gap)}); slope vs steps {_fmt(r.slope_vs_steps)} "
-                    f"(R² {_fmt(r.r2_vs_steps)}); {r.feasible_runs}/{r.runs} runs with a feasible α_final",
-                    severity="finding",
-                )
-            )
-            if setting == "single":
-                continue
-            ctl = _rate_of(result, "single", r.shape)
-            if ctl is None:
-                passed, msg = False, "no single-query control was run for this shape"
-            else:
-                diff = r.median_run_slope - ctl.median_run_slope
-                bound = RATE_Z * math.hypot(r.run_slope_se, ctl.run_slope_se)
-                passed = bool(diff <= bound)
-                verdict = "within" if passed else "beyond"
-                msg = (
-                    f"median per-run slope vs steps {_fmt(r.median_run_slope)} (SE {_fmt(r.run_slope_se)}, "
-                    f"{r.fitted_runs}/{r.runs} runs fitted) against the control's "
-                    f"{_fmt(ctl.median_run_slope)} (SE {_fmt(ctl.run_slope_se)}, {ctl.fitted_runs}/{ctl.runs}): "
-                    f"shallower by {_fmt(diff)}, {verdict} {RATE_Z:g} standard errors ({_fmt(bound)})"
-                )
-            claims.append(
-                ExperimentClaim(
-                    name=f"rate-as-single-query/{setting}/{_shape_text(r.shape)}",
-                    statement=f"{setting}, n×T×d = {_shape_text(r.shape)}: the gap falls at the single-query "
-                    "rate (the median per-run log-log slope against steps is not shallower than the "
-                    f"single-query control's on the same data by more than {RATE_Z:g} standard errors)",
-                    passed=passed,
-                    message=msg,
-                    severity="finding",
-                )
-            )
-    feasible = [r for r in result.runs if r.feasible]
-    uncert = [r for r in feasible if not r.certified]
-    claims.append(
-        ExperimentClaim(
-            name="svm-certified",
-            statement="every feasible Att-SVM(α_final), masked (causal) or not, is solved with a certificate",
-            passed=len(uncert) == 0,
-            message=f"{len(feasible) - len(uncert)}/{len(feasible)} feasible solves certified"
-            + (
-                "; uncertified: "
-                + ", ".join(f"{r.setting} {_shape_text(r.shape)} seed {r.seed}" for r in uncert)
-                if uncert
-                else ""
-            ),
-            severity=check_severity(size),
-        )
-    )
-    causal = [r for r in result.runs if r.setting == "causal"]
-    bad = sum(_causal_violations(r) for r in causal)
-    queries = sum(int(np.asarray(r.tokens_final).size) for r in causal)
-    claims.append(
-        ExperimentClaim(
-            name="causal-tokens-allowed",
-            statement="in causal runs no query (i, k) selects a later token t > k (masked tokens are never "
-            "selected)",
-            passed=bool(causal) and bad == 0,
-            message=f"{bad} of {queries} final causal token choices select a masked token ({len(causal)} runs)",
-            severity=check_severity(size),
-        )
-    )
+            claims.append(_gap_falls_claim(setting, r, result.marks))
+            if setting != "single":
+                claims.append(_rate_claim(result, setting, r))
+    claims.append(_svm_certified_claim(result, size))
+    claims.append(_causal_tokens_claim(result, size))
     return claims
 
 
