@@ -30,19 +30,21 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import mpmath
 import numpy as np
 from _discards import Tally, bounded_discards
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from attnsvm import strategies as S
-from attnsvm.errors import AttnSVMError, NumericalError
+from attnsvm.errors import AttnSVMError, NumericalError, SolverError
 from attnsvm.model._instance import Instance
 from attnsvm.peer_strategies import heads, p_norms, prompt_instances
 from attnsvm.peers import _joint as J
 from attnsvm.peers import _mirror as M
 from attnsvm.peers import _multitoken as MT
 from attnsvm.peers import _prompt as P
+from attnsvm.svm import CERTIFY_RTOL, SUPPORT_RTOL
 
 EPS = float(np.finfo(np.float64).eps)
 #: Scaled and unscaled calls run on the same power-of-two mantissas; they differ by the rounding of
@@ -739,4 +741,357 @@ def test_predict_multitoken(case, data):
         lambda r: [r.W_dir, r.W_fin, r.prediction, np.array([r.R, r.rel_error])],
         [-2 * a, -2 * a, -2 * a, 0],
         rtol=1e-12,  # the min-norm solves on identical mantissas; R divides two sums of d² terms
+    )
+
+
+# ================================ rows far apart: one scale per block (issue 16, per-row exponents)
+#: The block-spread answer and the two one-block answers come from different active-set solves; each is
+#: within its own ``error_bound`` (first order, relative to the norm) of the exact answer, so they differ by
+#: at most the sum; this factor covers the second-order remainder and the final put-backs' roundings.
+BLOCK_BOUND_FACTOR = 4.0
+_BLOCK_TALLY = Tally()
+#: How far apart (in binades) the two blocks' exponents are drawn: past the ~2^537 where a shared exponent
+#: read the smaller block's rows as zero, short of the ~2^1000 where every multiplier leaves the range.
+SPREAD_BITS = 700
+
+
+def _block_case(data: Any) -> tuple[list[tuple[Instance, np.ndarray, int]], list[int], list[int]]:
+    """Two one-sequence prompt instances with the same ``T`` (each with its optimal token), and one exponent
+    of ``X`` and one of ``W`` per block, each keeping that block's data normal (block 1's within
+    :data:`SPREAD_BITS` of block 0's, so their rows may be up to ~2^1400 apart)."""
+    T = data.draw(st.integers(2, 3))
+    blocks = []
+    for _ in range(2):
+        inst, W = data.draw(prompt_instances(n=(1, 1), T=(T, T), extra_d=1))
+        blocks.append((inst, W, int(P.scaled_alpha(inst, None)[0])))
+    # block 0 anywhere; block 1 within SPREAD_BITS of it (beyond ~2^537 a shared exponent lost a block, and
+    # multipliers scale as 2^−2(a+b), so spreads past ~2^1000 are refusals only)
+    a0, b0 = free(data.draw, blocks[0][0].X), free(data.draw, blocks[0][1])
+    a1 = free(data.draw, blocks[1][0].X, a0 - SPREAD_BITS, a0 + SPREAD_BITS)
+    b1 = free(data.draw, blocks[1][1], b0 - SPREAD_BITS, b0 + SPREAD_BITS)
+    return blocks, [a0, a1], [b0, b1]
+
+
+def _block_instance(blocks: list[tuple[Instance, np.ndarray, int]], a: list[int], b: list[int]):
+    """The two blocks side by side: sequence ``i`` in coordinates of block ``i`` (scaled by ``2^a_i``),
+    ``W = blockdiag(2^b_0 W_0, 2^b_1 W_1)``, so the keys, rows, SVMs and their solutions decouple."""
+    d = [inst.d for inst, _, _ in blocks]
+    T = blocks[0][0].T
+    X = np.zeros((2, T, sum(d)))
+    W = np.zeros((sum(d), sum(d)))
+    off = [0, d[0]]
+    for i, (inst, Wi, _) in enumerate(blocks):
+        X[i, :, off[i] : off[i] + d[i]] = ld(inst.X[0], a[i])
+        W[off[i] : off[i] + d[i], off[i] : off[i] + d[i]] = ld(Wi, b[i])
+    Y = np.array([blocks[0][0].Y[0], blocks[1][0].Y[0]])
+    return Instance(X, Y, np.ones(sum(d))), W, [al for _, _, al in blocks], off
+
+
+def _block_parts(
+    parts: list[list[np.ndarray]],
+    shifts: list[list[int]],
+    layout: list[Callable[[list[np.ndarray]], np.ndarray]],
+):
+    """The oracle of each part: the one-block parts moved by their own power of two and laid side by side;
+    with ``hi``, log2 of its largest entry (the answer's size, which decides refusal)."""
+    out = []
+    for k, lay in enumerate(layout):
+        his = [_log2max(parts[i][k]) + shifts[i][k] for i in range(2)]
+        out.append((lay([ld(parts[i][k], shifts[i][k]) for i in range(2)]), max(his)))
+    return out
+
+
+def _check_blocks(name: str, got: Any, want: list[tuple[np.ndarray, float]], getters, bound: float) -> None:
+    for (w, hi), g in zip(want, getters, strict=True):
+        assert (
+            hi <= LOG2_MAX + RANGE_SLACK_BITS and hi >= LOG2_TINY - RANGE_SLACK_BITS or not np.isfinite(hi)
+        ), f"{name}: returned a value where the answer is not a double"
+        y = np.asarray(g(got), dtype=np.float64)
+        assert np.all(np.isfinite(y)), f"{name}: non-finite entries"
+        # norms of the parts divided by their largest entry (entries near 1e308 would overflow when squared)
+        m = float(max(np.max(np.abs(w), initial=0.0), np.max(np.abs(y), initial=0.0)))
+        if m == 0.0:
+            continue
+        err = float(np.linalg.norm(y / m - w / m))
+        tol = (bound + EQUI_RTOL) * float(np.linalg.norm(w / m)) + 2.0**-1074 * y.size / m
+        assert err <= tol, f"{name}: relative error {err:.3g} > {tol:.3g} (largest entry {m:.3g})"
+
+
+def _refusal_allowed(name: str, exc: NumericalError, want: list[tuple[Any, float]]) -> None:
+    assert RANGE_MESSAGE in str(exc), f"{name}: refusal does not name the range: {exc}"
+    assert any(
+        not (LOG2_TINY + RANGE_SLACK_BITS <= hi <= LOG2_MAX - RANGE_SLACK_BITS)
+        for _, hi in want
+        if np.isfinite(hi)
+    ), f"{name}: refused although every part is representable: {exc}"
+    event(f"{name}: refused (out of range)")
+
+
+def _side_by_side_vec(off: list[int], dim: int) -> Callable[[list[np.ndarray]], np.ndarray]:
+    def lay(xs: list[np.ndarray]) -> np.ndarray:
+        out = np.zeros(dim)
+        for i, x in enumerate(xs):
+            out[off[i] : off[i] + x.size] = x
+        return out
+
+    return lay
+
+
+def _side_by_side_rows(off: list[int], dim: int) -> Callable[[list[np.ndarray]], np.ndarray]:
+    def lay(xs: list[np.ndarray]) -> np.ndarray:
+        out = np.zeros((sum(x.shape[0] for x in xs), dim))
+        r = 0
+        for i, x in enumerate(xs):
+            out[r : r + x.shape[0], off[i] : off[i] + x.shape[1]] = x
+            r += x.shape[0]
+        return out
+
+    return lay
+
+
+def _stacked(xs: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(xs)
+
+
+@bounded_discards(_BLOCK_TALLY)
+@settings(max_examples=40)
+@given(st.data())
+def test_solve_prompt_svm_blocks_of_any_scale(data):
+    """Two sequences in orthogonal coordinate blocks, each block's ``X`` and ``W`` scaled by its own power of
+    two (``2^a_i``, ``2^b_i``): the p-SVM decouples, so ``p_mm`` is the two one-block solutions moved by
+    ``2^−(a_i+b_i)`` side by side, the multipliers by ``2^−2(a_i+b_i)``, the rows by ``2^(a_i+b_i)`` (oracle:
+    the one-block solves at scale 1 and the exact equivariance). Returned within the solves' error bounds
+    (relative to the norm), or refused exactly when the largest entry of a part is not a double; never
+    InfeasibleSVMError (every block is feasible). A one-block solve refused at scale 1 is set aside, counted."""
+    _BLOCK_TALLY.run += 1
+    blocks, a, b = _block_case(data)
+    try:
+        base = [P.solve_prompt_svm(inst, W, [al]) for inst, W, al in blocks]
+    except AttnSVMError as exc:
+        _BLOCK_TALLY.discard(f"a one-block p-SVM refused at scale 1 ({type(exc).__name__})")
+        return
+    inst, W, alpha, off = _block_instance(blocks, a, b)
+    s = [a[i] + b[i] for i in range(2)]
+    want = _block_parts(
+        [[x.p, x.duals, x.rows] for x in base],
+        [[-s[i], -2 * s[i], s[i]] for i in range(2)],
+        [_side_by_side_vec(off, inst.d), _stacked, _side_by_side_rows(off, inst.d)],
+    )
+    try:
+        got = P.solve_prompt_svm(inst, W, alpha)
+    except NumericalError as exc:
+        _refusal_allowed("solve_prompt_svm (blocks)", exc, want)
+        return
+    bound = BLOCK_BOUND_FACTOR * (got.error_bound + max(x.error_bound for x in base))
+    _check_blocks(
+        "solve_prompt_svm (blocks)", got, want, [lambda g: g.p, lambda g: g.duals, lambda g: g.rows], bound
+    )
+    event(f"solve_prompt_svm (blocks): returned, certified={got.certified}")
+
+
+_JOINT_BLOCK_TALLY = Tally()
+
+
+@bounded_discards(_JOINT_BLOCK_TALLY)
+@settings(max_examples=40)
+@given(st.data())
+def test_solve_joint_svm_blocks_of_any_scale(data):
+    """As :func:`test_solve_prompt_svm_blocks_of_any_scale` for the joint SVMs: the v-SVM rows ``Y_i x_iα`` lie
+    in different blocks, so both inputs are support inputs, the relaxed p-SVM is the p-SVM, and ``v_mm`` is the
+    one-block ``v`` moved by ``2^−a_i`` (multipliers ``2^−2a_i``), ``p_relax`` as the p-SVM's."""
+    _JOINT_BLOCK_TALLY.run += 1
+    blocks, a, b = _block_case(data)
+    try:
+        base = [J.solve_joint_svm(inst, W, [al]) for inst, W, al in blocks]
+    except AttnSVMError as exc:
+        _JOINT_BLOCK_TALLY.discard(f"a one-block joint SVM refused at scale 1 ({type(exc).__name__})")
+        return
+    inst, W, alpha, off = _block_instance(blocks, a, b)
+    s = [a[i] + b[i] for i in range(2)]
+    vec, rows = _side_by_side_vec(off, inst.d), _side_by_side_rows(off, inst.d)
+    want = _block_parts(
+        [[x.v, x.v_duals, x.p, x.p_duals, x.p_rows] for x in base],
+        [[-a[i], -2 * a[i], -s[i], -2 * s[i], s[i]] for i in range(2)],
+        [vec, _stacked, vec, _stacked, rows],
+    )
+    try:
+        got = J.solve_joint_svm(inst, W, alpha)
+    except NumericalError as exc:
+        _refusal_allowed("solve_joint_svm (blocks)", exc, want)
+        return
+    np.testing.assert_array_equal(got.support_inputs, [0, 1])
+    # JointSVMSolution carries no error bound: its relaxed p-SVM is here the p-SVM, whose bound
+    # solve_prompt_svm reports (a tolerance only; the oracle is the one-block answers); the v-SVM has one
+    # row per block, orthogonal rows, so cond(K_S) = 1 and the same bound covers it
+    bound = BLOCK_BOUND_FACTOR * (
+        P.solve_prompt_svm(inst, W, alpha).error_bound
+        + max(P.solve_prompt_svm(bi, Wi, [al]).error_bound for bi, Wi, al in blocks)
+    )
+    getters = [lambda g: g.v, lambda g: g.v_duals, lambda g: g.p, lambda g: g.p_duals, lambda g: g.p_rows]
+    _check_blocks("solve_joint_svm (blocks)", got, want, getters, bound)
+    event(f"solve_joint_svm (blocks): returned, certified={got.certified}")
+
+
+# ======================= multi-token rows far apart: one scale per block (issue 16, predict_multitoken)
+_MT_BLOCK_TALLY = Tally()
+#: How far apart (in binades) the two blocks' ``X`` and ``z`` exponents are drawn. The rows ``z_i ⊗ (x_it −
+#: x_iτ)`` scale as ``2^{2a_i}``, so they are up to 2^800 apart: past the ~2^537 where one shared exponent read the
+#: smaller block's rows as zero. Kept below 511: the selected sets come from logits formed on mantissas of ``X``,
+#: ``z``, ``W_gd`` shared by all sequences, where the smaller block's factors (``2^{−2|a_1 − a_0|}``) would fall
+#: below 2^−1022 and lose digits (a known gap of ``selected_sets``, docs/scale-contract.md).
+MT_SPREAD_BITS = 400
+#: ``|a_1 − a_0|`` of the examples aimed past the old failure: rows ``2^{2·270} = 2^540`` apart and more.
+MT_FAR_BITS = 270
+#: ``W_dir`` of each certified solve is within ``κ·eps ≤ CERTIFY_RTOL`` of the exact one relative to its norm
+#: (first order); the spread and the one-block solves differ by at most the sum; 2× covers the second order.
+MT_DIR_RTOL = 4 * CERTIFY_RTOL
+#: ``W_fin`` is within ``(κ + √m·d²·√κ)·eps·||W_gd||`` of the exact projection; certified (``κ·eps ≤ CERTIFY_RTOL``)
+#: with ``m ≤ 2T ≤ 6`` rows and ``d ≤ 8``: ``≤ CERTIFY_RTOL + √6·64·√(CERTIFY_RTOL·eps) < 2·CERTIFY_RTOL``; two solves,
+#: 2× for the second order.
+MT_FIN_RTOL = 8 * CERTIFY_RTOL
+#: A support row is unresolved (or a rounding-level row enters the error bound) only when its ``||a_r||·||W_dir||``
+#: reaches ``1/SUPPORT_RTOL − 1`` (``4d·eps`` resolution for the bound, far above); half that leaves room for the
+#: rounding of the computed norms.
+MT_UNRESOLVED_LOG2 = math.log2(0.5 / SUPPORT_RTOL)
+
+
+def _mt_block(seed: int, T: int, d: int, c: float) -> tuple[Instance, np.ndarray]:
+    """One sequence of ``T`` Gaussian tokens in ``d ≥ T`` dimensions (independent, so every multi-token SVM is
+    feasible), a Gaussian query and ``W_gd = c·G`` (``c`` sets how many tokens are selected)."""
+    rng = np.random.default_rng(seed)
+    inst = Instance(rng.standard_normal((1, T, d)), np.ones(1), np.ones(d), rng.standard_normal((1, d)))
+    return inst, c * rng.standard_normal((d, d))
+
+
+def _block_diag(off: list[int], dim: int) -> Callable[[list[np.ndarray]], np.ndarray]:
+    def lay(xs: list[np.ndarray]) -> np.ndarray:
+        out = np.zeros((dim, dim))
+        for i, x in enumerate(xs):
+            out[off[i] : off[i] + x.shape[0], off[i] : off[i] + x.shape[1]] = x
+        return out
+
+    return lay
+
+
+def _log2_norm(parts: list[np.ndarray], shifts: list[int]) -> float:
+    """``log2 ||blockdiag(parts_i·2^shift_i)||_F`` from the parts' mantissas (nothing over- or underflows)."""
+    logs = []
+    for p, s in zip(parts, shifts, strict=True):
+        m = float(np.max(np.abs(p), initial=0.0))
+        if m > 0:
+            logs.append(2 * (math.log2(m) + s) + math.log2(float(np.sum((p / m) ** 2))))
+    if not logs:
+        return -math.inf
+    top = max(logs)
+    return 0.5 * (top + math.log2(sum(2.0 ** (g - top) for g in logs)))
+
+
+@bounded_discards(_MT_BLOCK_TALLY)
+@settings(max_examples=60)
+@given(st.data())
+def test_predict_multitoken_blocks_of_any_scale(data):
+    """Two sequences in orthogonal coordinate blocks, block ``i``'s ``X`` and ``z`` scaled by ``2^a_i`` and its
+    ``W_gd`` by ``2^−2a_i`` (same logits, so the same selected sets): both min-norm problems decouple, so ``W_dir``
+    and ``W_fin`` are the one-block solutions moved by ``2^−2a_i``, block-diagonal (oracle: the one-block solves at
+    scale 1 and the exact equivariance). Returned within the certified bounds (``W_dir`` relative to its norm,
+    ``W_fin`` relative to ``||W_gd||``); refused with SolverError only where a row's ``||a_r||·||W_dir||`` reaches the
+    unresolved level at the blocks' spread; a range refusal only where the fitted ``R`` is not a double; never
+    InfeasibleSVMError (every block is feasible). A one-block prediction refused at scale 1 is set aside, counted."""
+    _MT_BLOCK_TALLY.run += 1
+    T = data.draw(st.integers(2, 3))
+    blocks = [
+        _mt_block(
+            data.draw(st.integers(0, 2**32 - 1)),
+            T,
+            T + data.draw(st.integers(0, 1)),
+            data.draw(st.sampled_from([0.5, 3.0, 20.0])),
+        )
+        for _ in range(2)
+    ]
+    try:
+        base = [MT.predict_multitoken(inst, Wg) for inst, Wg in blocks]
+    except AttnSVMError as exc:
+        _MT_BLOCK_TALLY.discard(f"a one-block prediction refused at scale 1 ({type(exc).__name__})")
+        return
+    # a_i keeps X_i, z_i (·2^a_i) and W_gd, W_dir, W_fin, W_mm of block i (·2^−2a_i) normal
+    rng_a = []
+    for (inst, Wg), b in zip(blocks, base, strict=True):
+        lo, hi = S.exponent_range(inst.X, inst.z)
+        wl, wh = S.exponent_range(Wg, b.W_dir, b.W_fin, *([] if b.W_mm is None else [b.W_mm]))
+        rng_a.append((max(lo, -(wh // 2)), min(hi, (-wl) // 2)))
+    a0 = data.draw(st.integers(*rng_a[0]))
+    # half the examples aim past the old failure (rows 2^{2|a_1 − a_0|} ≥ 2^537 apart), half anywhere within
+    far = data.draw(st.booleans())
+    step = data.draw(st.integers(MT_FAR_BITS if far else 0, MT_SPREAD_BITS)) * data.draw(
+        st.sampled_from([1, -1])
+    )
+    a1 = min(max(a0 + step, rng_a[1][0]), rng_a[1][1])
+    a = [a0, a1]
+    d = [inst.d for inst, _ in blocks]
+    off, dim = [0, d[0]], sum(d)
+    X = np.zeros((2, T, dim))
+    z = np.zeros((2, dim))
+    for i, (inst, _) in enumerate(blocks):
+        X[i, :, off[i] : off[i] + d[i]] = ld(inst.X[0], a[i])
+        z[i, off[i] : off[i] + d[i]] = ld(inst.z[0], a[i])
+    lay = _block_diag(off, dim)
+    Wg = lay([ld(Wi, -2 * a[i]) for i, (_, Wi) in enumerate(blocks)])
+    inst = Instance(X, np.ones(2), np.ones(dim), z)
+    shifts = [-2 * a[i] for i in range(2)]
+    # the oracle parts and log2 of their largest entries
+    (want_dir, hi_dir), (want_fin, hi_fin) = _block_parts(
+        [[b.W_dir, b.W_fin] for b in base], [[s, s] for s in shifts], [lay, lay]
+    )
+    log2_dir = _log2_norm([b.W_dir for b in base], shifts)
+    try:
+        got = MT.predict_multitoken(inst, Wg)
+    except SolverError as exc:
+        # ||a_r|| = ||z_i||·||x_it − x_iτ||·4^{a_i} over every token pair of a block with a direction part
+        reach = max(
+            (
+                math.log2(float(np.linalg.norm(bi.z[0]) * np.linalg.norm(bi.X[0, t] - bi.X[0, u]))) + 2 * a[i]
+                for i, (bi, _) in enumerate(blocks)
+                if np.any(base[i].W_dir)
+                for t in range(T)
+                for u in range(T)
+                if t != u and np.any(bi.X[0, t] != bi.X[0, u])
+            ),
+            default=-math.inf,
+        )
+        assert reach + log2_dir >= MT_UNRESOLVED_LOG2, f"refused although every row is resolved: {exc}"
+        event("predict_multitoken (blocks): refused (rows too far apart to certify)")
+        return
+    except NumericalError as exc:
+        num = sum(
+            mpmath.ldexp(float(np.sum((Wi - b.W_fin) * b.W_dir)), 2 * s)
+            for (_, Wi), b, s in zip(blocks, base, shifts, strict=True)
+        )
+        den = sum(mpmath.ldexp(float(np.sum(b.W_dir**2)), 2 * s) for b, s in zip(base, shifts, strict=True))
+        R = num / den if den else mpmath.mpf(0)
+        log2_R = float(mpmath.log(abs(R), 2)) if R else -math.inf
+        assert RANGE_MESSAGE in str(exc) and not (
+            LOG2_TINY + RANGE_SLACK_BITS <= log2_R <= LOG2_MAX - RANGE_SLACK_BITS
+        ), f"refused although every part is a double: {exc}"
+        event("predict_multitoken (blocks): refused (R out of range)")
+        return
+    assert [s.tolist() for s in got.sets] == [b.sets[0].tolist() for b in base]
+    _check_blocks(
+        "predict_multitoken W_dir (blocks)", got, [(want_dir, hi_dir)], [lambda g: g.W_dir], MT_DIR_RTOL
+    )
+    # W_fin's bound is relative to ||W_gd||: as a bound relative to ||W_fin||, scaled by their ratio
+    log2_fin = _log2_norm([b.W_fin for b in base], shifts)
+    ratio = (
+        2.0 ** min(_log2_norm([Wi for _, Wi in blocks], shifts) - log2_fin, 1000.0)
+        if np.any(want_fin)
+        else 1.0
+    )
+    _check_blocks(
+        "predict_multitoken W_fin (blocks)",
+        got,
+        [(want_fin, hi_fin)],
+        [lambda g: g.W_fin],
+        MT_FIN_RTOL * ratio,
+    )
+    event(
+        f"predict_multitoken (blocks): returned, blocks' rows moved ≥ 2^537 apart = {2 * abs(a[1] - a[0]) >= 537}"
     )

@@ -321,3 +321,40 @@ def test_prompt_grad_independent_of_callers_underflow_mode() -> None:
     with np.errstate(under="raise"):
         g = prompt_grad(inst, np.eye(2), p)
     np.testing.assert_allclose(g, np.ldexp(base, -70), rtol=GRAD_RTOL)
+
+
+# ============================== per-row mantissas of the p-SVM rows (issue 16: rows far apart in size)
+#: A row entry is a length-d dot product of the token difference (one rounding) with a column of W: its
+#: error is ≤ (d + 1)·eps·Σ_k |Δx_k|·|W_kj| (the standard dot-product bound γ_{d+1}); 2(d + 1) leaves room
+#: for the power-of-two bookkeeping, which is exact.
+def _row_atol(d: int) -> float:
+    return 2 * (d + 1) * float(np.finfo(np.float64).eps)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_prompt_row_mantissas_are_the_exact_key_differences(seed: int) -> None:
+    """Oracle: ``Δk_it = Wᵀ(x_iα − x_it)`` in exact rational arithmetic (fractions). Tokens of each sequence and
+    columns of ``W`` are scaled by their own powers of two, up to 2^±900 apart (a shared exponent flushed the
+    small ones to zero): each returned row ``2^{R_r}·rows_r`` is within the dot-product rounding of the exact
+    row (relative to ``Σ|Δx||W|``), and each mantissa row has its largest entry in ``[½, 1)``."""
+    from fractions import Fraction as F
+
+    from attnsvm.peers._prompt import prompt_row_mantissas
+
+    rng = np.random.default_rng(seed)
+    n, T, d = 3, 3, 3
+    X = rng.standard_normal((n, T, d)) * np.ldexp(1.0, rng.integers(-450, 450, size=(n, 1, 1)))
+    W = rng.standard_normal((d, d)) * np.ldexp(1.0, rng.integers(-450, 450, size=(1, d)))
+    inst = Instance(X, np.ones(n), np.ones(d))
+    alpha = rng.integers(0, T, size=n)
+    rows, R, pairs = prompt_row_mantissas(inst, W, alpha)
+    assert rows.shape == (n * (T - 1), d)
+    np.testing.assert_array_less(np.max(np.abs(rows), axis=1), 1.0)
+    assert np.all(np.max(np.abs(rows), axis=1) >= 0.5)
+    for r, (i, t) in enumerate(pairs):
+        dx = [F(float(X[i, alpha[i], k])) - F(float(X[i, t, k])) for k in range(d)]
+        for j in range(d):
+            exact = sum(dx[k] * F(float(W[k, j])) for k in range(d))
+            scale = sum(abs(dx[k]) * abs(F(float(W[k, j]))) for k in range(d))
+            got = F(float(rows[r, j])) * F(2) ** int(R[r])
+            assert abs(got - exact) <= F(_row_atol(d)) * scale

@@ -13,12 +13,13 @@ sign fact (the logistic risk is positive) it is named in the test.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm.errors import NumericalError
+from attnsvm.errors import NumericalError, SolverError
 from attnsvm.peers import _joint as J
 from attnsvm.peers import _mirror as M
 from attnsvm.peers import _multitoken as MT
@@ -307,3 +308,265 @@ def test_normalized_prompt_direction_at_a_huge_margin():
     inst = A.Instance(np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([2.0**40, 0.0]))
     g = P.normalized_prompt_grad(inst, np.eye(2), np.zeros(2))
     assert np.max(np.abs(g.direction - np.array([-1.0, 1.0]) / math.sqrt(2.0))) <= PROMPT_DIR_ATOL
+
+
+# ============== rows far apart in size (issue 16: per-row exponents of solve_prompt_svm / solve_joint_svm)
+# The SVM rows used to share one power-of-two exponent: a row 2^537 below the largest then squared below
+# 2^-1074 in the Gram matrix, read as a zero row, and a feasible problem was refused as infeasible. Oracle:
+# hand-solved optima checked exactly in rational arithmetic (fractions): a point meeting every constraint
+# whose norm equals a lower bound (Cauchy–Schwarz on one binding row) is the least-norm point.
+
+
+def _two_sequences(x0: tuple[float, float], x1: tuple[float, float]) -> A.Instance:
+    """Two sequences of two tokens in d = 2: selected token ``x_i`` (α = 0), the other token 0, labels +1."""
+    X = np.zeros((2, 2, 2))
+    X[0, 0], X[1, 0] = x0, x1
+    return A.Instance(X, np.ones(2), np.array([1.0, 1.0]), np.ones((2, 2)))
+
+
+def _exact_optimum(
+    rows: list[tuple[float, float]], b: list[int], x: tuple[float, float], binding: int
+) -> None:
+    """``x`` meets ``rowsᵀx ≥ b`` exactly and ``||x|| = b_r/||row_r||`` for the ``binding`` row (a lower bound
+    on every feasible norm by Cauchy–Schwarz), so ``x`` is the least-norm point; all in exact rationals."""
+    from fractions import Fraction as F
+
+    xs = [F(v) for v in x]
+    for r, br in zip(rows, b, strict=True):
+        assert sum(F(a) * v for a, v in zip(r, xs, strict=True)) >= br
+    row = [F(a) for a in rows[binding]]
+    # ||x||² = b²/||row||² (squared: no square roots in Q)
+    assert sum(v * v for v in xs) == F(b[binding]) ** 2 / sum(a * a for a in row)
+
+
+# x_0 = (2^-300, 0) binds; x_1 = (2^300, 2^300) is 2^600 larger and has margin 2^600 at the optimum
+FAR = ((2.0**-300, 0.0), (2.0**300, 2.0**300))
+
+
+def test_joint_svm_rows_2_to_600_apart_solve_and_certify():
+    """The v-SVM rows ``Y_i x_iα`` are 2^600 apart: ``v_mm = (2^300, 0)`` (multiplier ``2^600``, margins
+    ``(1, 2^600)``, input 0 the only support input), and the relaxed p-SVM (``W = I``, rows ``x_iα``, ``≥ 1``
+    for input 0, ``≥ 0`` for input 1) has the same solution. Used to raise InfeasibleSVMError (the small row
+    read as zero); now exact and certified."""
+    inst = _two_sequences(*FAR)
+    _exact_optimum(list(FAR), [1, 1], (2.0**300, 0.0), binding=0)
+    _exact_optimum(list(FAR), [1, 0], (2.0**300, 0.0), binding=0)
+    sol = J.solve_joint_svm(inst, np.eye(2), [0, 0])
+    assert sol.certified
+    np.testing.assert_array_equal(sol.v, [2.0**300, 0.0])
+    np.testing.assert_array_equal(sol.v_duals, [2.0**600, 0.0])
+    np.testing.assert_array_equal(sol.v_margins, [1.0, 2.0**600])
+    np.testing.assert_array_equal(sol.support_inputs, [0])
+    np.testing.assert_array_equal(sol.p, [2.0**300, 0.0])
+    np.testing.assert_array_equal(sol.p_duals, [2.0**600, 0.0])
+    np.testing.assert_array_equal(sol.p_margins, [1.0, 2.0**600])
+    np.testing.assert_array_equal(sol.p_rows, np.array(FAR))
+
+
+def test_prompt_svm_rows_2_to_600_apart_solve_and_certify():
+    """The p-SVM of the same data (``W = I``: rows ``x_iα − 0``): ``p_mm = (2^300, 0)``, multipliers
+    ``(2^600, 0)``, margins ``(1, 2^600)``; used to raise InfeasibleSVMError."""
+    _exact_optimum(list(FAR), [1, 1], (2.0**300, 0.0), binding=0)
+    sol = P.solve_prompt_svm(_two_sequences(*FAR), np.eye(2), [0, 0])
+    assert sol.certified and sol.support == [(0, 1)] and sol.weakly_active == []
+    np.testing.assert_array_equal(sol.p, [2.0**300, 0.0])
+    np.testing.assert_array_equal(sol.duals, [2.0**600, 0.0])
+    np.testing.assert_array_equal(sol.margins, [1.0, 2.0**600])
+
+
+@pytest.mark.parametrize("j", [-200, 0, 400])
+def test_far_apart_rows_stay_equivariant(j):
+    """The far-apart solution moves with a global ``X → 2^j X`` as every other (``v, p → 2^−j``, multipliers
+    ``2^−2j``), bitwise: the per-row exponents absorb ``j`` exactly (``j`` keeps the multiplier ``2^(600−2j)``
+    a double)."""
+    base = J.solve_joint_svm(_two_sequences(*FAR), np.eye(2), [0, 0])
+    sol = J.solve_joint_svm(_two_sequences(*(tuple(ld(x, j)) for x in FAR)), np.eye(2), [0, 0])
+    np.testing.assert_array_equal(sol.v, ld(base.v, -j))
+    np.testing.assert_array_equal(sol.v_duals, ld(base.v_duals, -2 * j))
+    np.testing.assert_array_equal(sol.p, ld(base.p, -j))
+    np.testing.assert_array_equal(sol.v_margins, base.v_margins)
+
+
+def test_key_matrix_columns_2_to_600_apart_are_not_read_as_zero():
+    """``W = diag(2^300, 2^-300)`` (its columns 2^600 apart), selected tokens ``(1, 2)`` and ``(0, 1)``: the
+    p-rows ``Wᵀx_iα`` are ``(2^300, 2^-299)`` and ``(0, 2^-300)``. Row 1 forces ``p_2 ≥ 2^300``, and
+    ``p = (0, 2^300)`` meets row 0 with margin 2: the least-norm point (checked exactly). The shared exponent
+    of ``W`` read row 1 as zero (InfeasibleSVMError). The relaxed p-SVM (input 1 the only support input of
+    the v-SVM, so row 0 asks ``≥ 0``) is solved exactly and certified. The p-SVM is solved to working
+    precision (relative ``2^-600``: its row 0 binds in floating point, since its slack is ``2^-600`` of its own
+    size), and, that row being unresolved at the rows' spread, not certified — as ``solve_svm`` does."""
+    rows = [(2.0**300, 2.0**-299), (0.0, 2.0**-300)]
+    _exact_optimum(rows, [1, 1], (0.0, 2.0**300), binding=1)
+    _exact_optimum(rows, [0, 1], (0.0, 2.0**300), binding=1)
+    inst = _two_sequences((1.0, 2.0), (0.0, 1.0))
+    W = np.diag([2.0**300, 2.0**-300])
+    sol = J.solve_joint_svm(inst, W, [0, 0])
+    assert sol.certified
+    np.testing.assert_array_equal(sol.support_inputs, [1])
+    np.testing.assert_array_equal(sol.p, [0.0, 2.0**300])
+    np.testing.assert_array_equal(sol.p_rows, np.array(rows))
+    np.testing.assert_array_equal(sol.p_margins, [2.0, 1.0])
+    ps = P.solve_prompt_svm(inst, W, [0, 0])
+    assert rel(ps.p, np.array([0.0, 2.0**300])) <= EQUI_RTOL
+    assert not ps.certified
+    np.testing.assert_array_equal(ps.rows, np.array(rows))
+
+
+def test_both_rows_binding_2_to_600_apart_is_solved_but_not_certified():
+    """Rows ``(2^-300, 0)`` and ``(0, 2^300)`` both bind: ``v_mm = (2^300, 2^-300)``. Its second entry is
+    ``2^-600`` of the first, below working precision, so the margin of row 1 is unresolved: ``v`` is right
+    normwise (relative error ``≤ 2^-600``) and ``certified`` is False (``solve_svm``'s rule for a support row
+    whose right-hand side is below its own resolution)."""
+    rows = [(2.0**-300, 0.0), (0.0, 2.0**300)]
+    inst = _two_sequences(*rows)
+    sol = J.solve_joint_svm(inst, np.eye(2), [0, 0])
+    assert rel(sol.v, np.array([2.0**300, 2.0**-300])) <= EQUI_RTOL
+    assert not sol.certified
+    ps = P.solve_prompt_svm(inst, np.eye(2), [0, 0])
+    assert rel(ps.p, np.array([2.0**300, 2.0**-300])) <= EQUI_RTOL
+    assert not ps.certified
+
+
+def test_far_apart_rows_whose_multiplier_overflows_are_refused_by_name():
+    """``x_0 = (2^-600, 0)`` binds alone: ``v_mm = (2^600, 0)`` is a double but its multiplier
+    ``1/||x_0||² = 2^1200 ≈ 1e361`` is not: refused by name (the answer, not the rows' spread)."""
+    inst = _two_sequences((2.0**-600, 0.0), (2.0**300, 2.0**300))
+    with pytest.raises(
+        NumericalError, match="the v-SVM multipliers is about 1e\\+361: it overflows " + RANGE
+    ):
+        J.solve_joint_svm(inst, np.eye(2), [0, 0])
+    with pytest.raises(
+        NumericalError, match="the p-SVM multipliers is about 1e\\+361: it overflows " + RANGE
+    ):
+        P.solve_prompt_svm(inst, np.eye(2), [0, 0])
+
+
+# ============ multi-token rows far apart in size (issue 16: per-row exponents of predict_multitoken)
+# The rows z_i ⊗ (x_it − x_iτ) of W_dir and W_fin shared one power-of-two exponent: a row ~2^537 below the
+# largest squared to 0 in the Gram matrix, so a feasible direction SVM, or the always-feasible finite part
+# (W_gd meets its equalities), was refused with InfeasibleSVMError. Oracle: hand-solved optima checked exactly
+# in rational arithmetic from the definition (x_it − x_iτ)ᵀ W z_i, a feasible point whose norm meets a lower
+# bound (Cauchy–Schwarz: |aᵀw| ≤ ||a||·||w||, ||z ⊗ δ|| = ||z||·||δ||) being the least-norm point.
+
+
+def _mt_instance(x: list[tuple[float, float]], z: list[tuple[float, float]]) -> A.Instance:
+    """``n = 2`` sequences of two tokens in ``d = 2``: token 0 is ``x[i]``, token 1 is 0; queries ``z[i]``;
+    labels and head 1 (``predict_multitoken`` reads neither)."""
+    X = np.zeros((2, 2, 2))
+    X[0, 0], X[1, 0] = x
+    return A.Instance(X, np.ones(2), np.ones(2), np.array(z, dtype=np.float64))
+
+
+Constraint = tuple[int, int, int, str, int]
+
+
+def _bilinear_rows(inst: A.Instance, cons: list[Constraint]) -> list[list[Fraction]]:
+    """The rows ``z_i ⊗ (x_it − x_iτ)`` of ``cons = [(i, t, τ, kind, b)]`` as the flattened matrices ``δ z_iᵀ``,
+    in exact rationals from the instance's doubles (so ``rowᵀ vec(W) = (x_it − x_iτ)ᵀ W z_i``)."""
+    X = [[[Fraction(v) for v in tok] for tok in seq] for seq in inst.X.tolist()]
+    Z = [[Fraction(v) for v in q] for q in inst.z.tolist()]
+    out = []
+    for i, t, tau, _, _ in cons:
+        delta = [a - b for a, b in zip(X[i][t], X[i][tau], strict=True)]
+        out.append([delta[j] * Z[i][k] for j in range(inst.d) for k in range(inst.d)])
+    return out
+
+
+def _exact_feasible(inst: A.Instance, cons: list[Constraint], W: np.ndarray) -> None:
+    """``W`` meets every ``(x_it − x_iτ)ᵀ W z_i ≥ b`` (kind ``"≥"``) or ``= b`` (``"="``) exactly (rationals)."""
+    w = [Fraction(v) for v in np.asarray(W).reshape(-1).tolist()]  # row-major, as the rows' δ z_iᵀ
+    for (i, t, tau, kind, b), row in zip(cons, _bilinear_rows(inst, cons), strict=True):
+        m = sum((a * v for a, v in zip(row, w, strict=True)), Fraction(0))
+        assert m == b if kind == "=" else m >= b, (i, t, tau, kind, b, m)
+
+
+def _exact_least_norm(inst: A.Instance, cons: list[Constraint], W: np.ndarray, binding: list[int]) -> None:
+    """``W`` is feasible (:func:`_exact_feasible`) and ``||W||_F² = Σ b_r²/||row_r||²`` over the ``binding``
+    constraints (non-empty), whose rows are pairwise orthogonal (checked): by Cauchy–Schwarz on each, projected on
+    their orthogonal directions, a lower bound on the norm of every feasible point, so ``W`` is the least-norm
+    point. All in exact rationals."""
+    assert binding
+    _exact_feasible(inst, cons, W)
+    rows = [_bilinear_rows(inst, cons)[r] for r in binding]
+    for p in range(len(rows)):
+        for q in range(p):
+            assert sum((a * c for a, c in zip(rows[p], rows[q], strict=True)), Fraction(0)) == 0
+    bound = sum(
+        (
+            Fraction(cons[r][4]) ** 2 / sum((a * a for a in rows[k]), Fraction(0))
+            for k, r in enumerate(binding)
+        ),
+        Fraction(0),
+    )
+    assert sum((Fraction(v) ** 2 for v in np.asarray(W).reshape(-1).tolist()), Fraction(0)) == bound
+
+
+#: The single-token baseline ``W_mm`` comes from :func:`attnsvm.svm.solve_svm`, certified to this relative error.
+SVM_CERTIFIED_RTOL = 1e-9
+
+
+@pytest.mark.parametrize("k", [300, 450])
+def test_predict_multitoken_direction_rows_far_apart(k):
+    """``z_i = e_0``, ``x_00 = (2^-k, 0)``, ``x_10 = (2^k, 2^k)`` (the other tokens 0): the direction SVM's rows
+    ``e_0 ⊗ x_i0`` are ``2^2k`` apart (2^600, 2^900). ``W_gd = 10·W_dir`` selects token 0 in both sequences (logit
+    gaps 10 and ``10·2^2k``), so ``W_dir = 2^k·e_0e_0ᵀ`` (row 0 binds, row 1 has margin ``2^2k``), ``W_fin = 0``,
+    ``R = 10`` and the prediction is ``W_gd`` itself. Used to raise InfeasibleSVMError (row 0 read as zero); now
+    exact."""
+    inst = _mt_instance([(2.0**-k, 0.0), (2.0**k, 2.0**k)], [(1.0, 0.0), (1.0, 0.0)])
+    W_dir = np.array([[2.0**k, 0.0], [0.0, 0.0]])
+    _exact_least_norm(inst, [(0, 0, 1, "≥", 1), (1, 0, 1, "≥", 1)], W_dir, binding=[0])
+    Wg = 10.0 * W_dir
+    got = MT.predict_multitoken(inst, Wg)
+    assert [s.tolist() for s in got.sets] == [[0], [0]]
+    np.testing.assert_array_equal(got.W_dir, W_dir)
+    np.testing.assert_array_equal(got.W_fin, np.zeros((2, 2)))
+    assert got.R == 10.0 and got.rel_error == 0.0 and got.corr == 1.0
+    np.testing.assert_array_equal(got.prediction, Wg)
+    assert got.kkt_fin is None and got.kkt_dir is not None and got.kkt_dir.max() == 0.0
+    # all sets are singletons: the single-token Att-SVM at α = (0, 0) is the same problem
+    assert got.W_mm is not None and rel(got.W_mm, W_dir) <= SVM_CERTIFIED_RTOL
+
+
+def test_predict_multitoken_finite_part_rows_2_to_600_apart():
+    """``x_00 = z_0 = (1, 0)``, ``x_10 = z_1 = (0, 2^-300)``, ``W_gd = diag(10, 2^600)``: sequence 0 selects token 0
+    (gap 10), sequence 1 both tokens (gap 1), so ``W_fin`` solves ``(x_11 − x_10)ᵀ W z_1 = (x_11 − x_10)ᵀ W_gd z_1
+    = −1``, a row of size 2^-600: ``W_fin = 2^600·e_1e_1ᵀ``; ``W_dir = e_0e_0ᵀ`` (``W_00 ≥ 1``, ``W_11 = 0``);
+    ``R = 10``; the prediction is ``W_gd``. The finite part used to raise InfeasibleSVMError (its row read as zero
+    with a nonzero right-hand side, though ``W_gd`` itself meets it); now exact."""
+    inst = _mt_instance([(1.0, 0.0), (0.0, 2.0**-300)], [(1.0, 0.0), (0.0, 2.0**-300)])
+    Wg = np.diag([10.0, 2.0**600])
+    W_fin, W_dir = np.diag([0.0, 2.0**600]), np.diag([1.0, 0.0])
+    _exact_feasible(
+        inst, [(1, 1, 0, "=", -1)], Wg
+    )  # the right-hand side is W_gd's own (x_11 − x_10)ᵀ W_gd z_1
+    _exact_least_norm(inst, [(1, 1, 0, "=", -1)], W_fin, binding=[0])
+    _exact_least_norm(inst, [(1, 1, 0, "=", 0), (0, 0, 1, "≥", 1)], W_dir, binding=[1])
+    got = MT.predict_multitoken(inst, Wg)
+    assert [s.tolist() for s in got.sets] == [[0], [0, 1]]
+    np.testing.assert_array_equal(got.W_fin, W_fin)
+    np.testing.assert_array_equal(got.W_dir, W_dir)
+    assert got.R == 10.0 and got.rel_error == 0.0
+    np.testing.assert_array_equal(got.prediction, Wg)
+
+
+@pytest.mark.parametrize("j", [-200, 0, 300])
+def test_predict_multitoken_far_apart_rows_stay_equivariant(j):
+    """``X, z → 2^j X, 2^j z`` with ``W_gd → 2^−2j W_gd`` keeps the logits and the sets: ``W_dir``, ``W_fin`` and the
+    prediction move by ``2^−2j`` and ``R`` stays 10, bitwise (the per-row exponents absorb ``j`` exactly)."""
+    inst = _mt_instance([(1.0, 0.0), (0.0, 2.0**-300)], [(1.0, 0.0), (0.0, 2.0**-300)])
+    got = MT.predict_multitoken(scaled(inst, j), ld(np.diag([10.0, 2.0**600]), -2 * j))
+    np.testing.assert_array_equal(got.W_fin, ld(np.diag([0.0, 2.0**600]), -2 * j))
+    np.testing.assert_array_equal(got.W_dir, ld(np.diag([1.0, 0.0]), -2 * j))
+    assert got.R == 10.0
+
+
+def test_predict_multitoken_unresolved_far_apart_rows_are_refused_by_name():
+    """``x_00 = z_0 = (1, 0)``, ``x_10 = z_1 = (0, 2^-300)``, ``W_gd = diag(10, 10·2^600)``: both sequences select
+    token 0 and both rows bind: ``W_dir = diag(1, 2^600)`` (exactly; rows on disjoint entries). Its entry 1 is
+    ``2^-600`` of its norm, so row 0's margin ``≥ 1`` is below working precision relative to that row: unresolved
+    (``solve_svm``'s rule), refused with SolverError naming the rows' spread. Was: InfeasibleSVMError (row 1 read as
+    zero) on a feasible problem."""
+    inst = _mt_instance([(1.0, 0.0), (0.0, 2.0**-300)], [(1.0, 0.0), (0.0, 2.0**-300)])
+    _exact_least_norm(inst, [(0, 0, 1, "≥", 1), (1, 0, 1, "≥", 1)], np.diag([1.0, 2.0**600]), binding=[0, 1])
+    with pytest.raises(SolverError, match="direction SVM W_dir could not be certified: .* 600 binades apart"):
+        MT.predict_multitoken(inst, np.diag([10.0, 10.0 * 2.0**600]))

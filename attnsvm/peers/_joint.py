@@ -56,14 +56,18 @@ from ._prompt import (
     mantissa,
     norm2,
     normalized_prompt_grad_of,
-    prompt_constraint_rows,
     prompt_grad_of,
     prompt_log_attention,
     prompt_risk_of,
+    prompt_row_mantissas,
     put_back,
+    put_back_rows,
     record_steps,
+    row_mantissas,
+    row_margins,
     scaled_alpha,
-    solve_min_norm_or_raise,
+    solve_min_norm_rows_or_raise,
+    unresolved_support,
     values_mantissa,
 )
 
@@ -240,7 +244,7 @@ class JointSVMSolution:
       p_support: active constraints of the relaxed p-SVM as ``(i, t)`` (margin equal to its bound).
       alpha: the selected tokens, shape ``(n,)``.
       kkt_v, kkt_p: KKT residuals of the two problems.
-      certified: both solver certificates passed.
+      certified: both solver certificates passed and no support row is unresolved at the rows' spread.
     """
 
     v: FloatArray
@@ -264,10 +268,13 @@ def solve_joint_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None
 
     Relaxed p-SVM: ``min ||p|| s.t. (k_iα_i − k_it)ᵀ p ≥ 1`` for ``i ∈ S`` and ``≥ 0`` for ``i ∉ S``,
     ``k_it = Wᵀx_it``. Both are solved exactly (certified min-norm solver), on power-of-two
-    mantissas of their rows.
+    mantissas of their rows, one exponent per row.
 
     Scale: any finite data (``v_mm(cX) = v_mm/c``, ``p_relax(cX) = p_relax/c``, multipliers
-    ``/c²``); raises :class:`NumericalError` when a solution, row or multiplier is not a normal double.
+    ``/c²``), rows any number of binades apart (one power-of-two exponent per row); raises
+    :class:`NumericalError` when a solution, the rows, the multipliers or the margins (by their largest entry)
+    are not normal doubles. ``certified`` is False when a support row is unresolved at the rows' spread
+    (its margin ``≥ b`` reads ``≥ 0`` at working precision, as in :func:`attnsvm.svm.solve_svm`).
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (joint training theorem).
 
@@ -286,34 +293,38 @@ def solve_joint_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None
     Wa = inst.check_weights(W)
     a = scaled_alpha(inst, alpha)
     n = inst.n
-    # Both SVMs on power-of-two mantissas of their rows: rows = 2^E·rows' gives the solution
-    # 2^−E·x' and the multipliers 2^−2E·λ' (exact), so nothing over/underflows in the Gram matrix.
-    Xs, ex = mantissa(inst.X)
-    sel, es = mantissa(inst.Y[:, None] * Xs[np.arange(n), a])  # rows Y_i x_iα_i, (n, d)
-    E = ex + es
+    # Both SVMs on power-of-two mantissas of their rows, one exponent per row: rows r = 2^{E_r}·rows'_r give
+    # the solution 2^G·x' and the multipliers 2^{G−E_r}·λ'_r (exact, _min_norm_rows), so nothing over- or
+    # underflows in the Gram matrix, however many binades apart the rows are.
+    sel, E = row_mantissas(inst.Y[:, None] * inst.X[np.arange(n), a])  # rows Y_i x_iα_i, (n, d)
     pairs_v = np.stack([np.arange(n), a], axis=1).astype(np.intp)
-    sv = solve_min_norm_or_raise(sel, np.ones(n), None, pairs_v, "v-SVM")
+    sv, Gv = solve_min_norm_rows_or_raise(sel, E, np.ones(n), pairs_v, "v-SVM")
     vs = sel.T @ sv.multipliers
     S = np.array(sorted(int(i) for i in sv.support), dtype=np.intp)
-    rows, R, pairs = prompt_constraint_rows(inst, Wa, a)
+    rows, R, pairs = prompt_row_mantissas(inst, Wa, a)
     bp = np.isin(pairs[:, 0], S).astype(np.float64)
-    sp = solve_min_norm_or_raise(rows, bp, None, pairs, "relaxed p-SVM")
+    sp, Gp = solve_min_norm_rows_or_raise(rows, R, bp, pairs, "relaxed p-SVM")
     ps = rows.T @ sp.multipliers
     return JointSVMSolution(
-        v=put_back(vs, -E, "the v-SVM solution v_mm"),
-        v_duals=put_back(np.asarray(sv.multipliers), -2 * E, "the v-SVM multipliers"),
-        v_margins=sel @ vs,  # scale-invariant
+        v=put_back(vs, Gv, "the v-SVM solution v_mm"),
+        v_duals=put_back_rows(np.asarray(sv.multipliers), Gv - E, "the v-SVM multipliers"),
+        v_margins=row_margins(sel, E, vs, Gv, "the v-SVM margins Y_i v_mmᵀx_iα_i"),
         support_inputs=S,
-        p=put_back(ps, -R, "the relaxed p-SVM solution p_relax"),
-        p_duals=put_back(np.asarray(sp.multipliers), -2 * R, "the relaxed p-SVM multipliers"),
-        p_rows=put_back(rows, R, "the relaxed p-SVM rows Δk_it"),
+        p=put_back(ps, Gp, "the relaxed p-SVM solution p_relax"),
+        p_duals=put_back_rows(np.asarray(sp.multipliers), Gp - R, "the relaxed p-SVM multipliers"),
+        p_rows=put_back_rows(rows, R, "the relaxed p-SVM rows Δk_it"),
         p_pairs=pairs,
-        p_margins=rows @ ps,  # scale-invariant
+        p_margins=row_margins(rows, R, ps, Gp, "the relaxed p-SVM margins Δk_itᵀp_relax"),
         p_support=[(int(i), int(t)) for i, t in pairs[sp.support]],
         alpha=a,
         kkt_v=sv.kkt,
         kkt_p=sp.kkt,
-        certified=sv.certified and sp.certified,
+        certified=bool(
+            sv.certified
+            and sp.certified
+            and unresolved_support(sel, E, np.ones(n), sv, Gv).size == 0
+            and unresolved_support(rows, R, bp, sp, Gp).size == 0
+        ),
     )
 
 

@@ -28,9 +28,10 @@ unchanged on augmented data: ``x'_it = (x_it, a_it)``, ``z'_i = (z_i, 0)``, ``v'
 ``W' = [[W, 0], [0, 0]]`` (logits ``x_itᵀ W z_i``, values ``a_it``); ``∇L(W)`` is the top-left
 ``d×d`` block of the core gradient, and the log-domain direction is renormalised on that block.
 
-Scale: logits, values, outputs, the gradient (core gradient on augmented, rescaled data) and the
-min-norm rows of the prediction are formed from power-of-two mantissas of ``X``, ``z``, ``V`` and
-``W``; answers are put back exactly or refused by name when they are not normal doubles. The
+Scale: logits, values, outputs and the gradient (core gradient on augmented, rescaled data) are formed
+from power-of-two mantissas of ``X``, ``z``, ``V`` and ``W``, and each min-norm row of the prediction is a
+mantissa with its own exponent (rows any number of binades apart are solved, never read as zero); answers
+are put back exactly or refused by name when they are not normal doubles. The
 right-hand sides of ``W_fin`` are those logit differences formed directly on the mantissas (never a
 difference of log-softmax values, which cancels at small gaps), and a min-norm solution the
 certified solver cannot certify is refused (:class:`~attnsvm.errors.SolverError`), never returned.
@@ -70,9 +71,11 @@ from ._prompt import (
     put_back_scalar,
     record_steps,
     risk_value,
+    row_mantissas,
     scaled_core,
     scaled_log_softmax,
-    solve_min_norm_or_raise,
+    solve_min_norm_rows_or_raise,
+    unresolved_support,
 )
 
 __all__ = [
@@ -404,16 +407,29 @@ class MultiTokenPrediction:
     kkt_fin: KKTResiduals | None
 
 
-def _rows(md: MTData, pairs: list[tuple[int, int, int]]) -> tuple[FloatArray, NDArray[np.intp]]:
-    """Rows ``z_i ⊗ (x_it − x_iτ)`` (column-major ``vec``) for triples ``(i, t, τ)``, divided by
-    ``2^(ex+ez)`` (formed from the mantissas: no product over- or underflows)."""
-    d = md.Xs.shape[2]
+def _rows(
+    X: FloatArray, z: FloatArray, pairs: list[tuple[int, int, int]]
+) -> tuple[FloatArray, NDArray[np.int64], NDArray[np.intp]]:
+    """Rows ``a_r = z_i ⊗ (x_it − x_iτ) = 2^{R_r}·rows_r`` (column-major ``vec``: ``a_rᵀvec(W) = (x_it − x_iτ)ᵀ W
+    z_i``) for triples ``(i, t, τ)``, each a mantissa (largest entry in ``[½, 1)``) with its own exponent ``R_r``,
+    and the ``(i, τ)`` of each row.
+
+    The two tokens of a row are scaled by one power of two (their difference cannot overflow) and ``z_i`` by its
+    own, so a row of any size keeps its digits: one exponent shared by all rows squared those ~2^537 below the
+    largest to 0 in the Gram matrix (a feasible problem read as infeasible). Entries below ``2^−1074`` of their
+    row's largest flush (absolute error far below ``eps`` of the row).
+    """
+    d = X.shape[2]
     if not pairs:
-        return np.zeros((0, d * d)), np.zeros((0, 2), dtype=np.intp)
+        return np.zeros((0, d * d)), np.zeros(0, dtype=np.int64), np.zeros((0, 2), dtype=np.intp)
     P = np.array(pairs, dtype=np.intp)
-    delta = md.Xs[P[:, 0], P[:, 1]] - md.Xs[P[:, 0], P[:, 2]]
-    rows = np.einsum("rj,rk->rjk", md.zs[P[:, 0]], delta).reshape(len(P), -1)
-    return rows, P[:, [0, 2]]
+    xt, xu = X[P[:, 0], P[:, 1]], X[P[:, 0], P[:, 2]]
+    e = np.frexp(np.maximum(np.max(np.abs(xt), axis=1), np.max(np.abs(xu), axis=1)))[1].astype(np.int64)
+    with np.errstate(under="ignore"):
+        delta = np.ldexp(xt, -e[:, None]) - np.ldexp(xu, -e[:, None])  # entries in (−2, 2)
+        zs, ez = row_mantissas(z)
+        rows, er = row_mantissas(np.einsum("rj,rk->rjk", zs[P[:, 0]], delta).reshape(len(P), -1))
+    return rows, e + ez[P[:, 0]] + er, P[:, [0, 2]]
 
 
 def _rel(A: FloatArray, B: FloatArray) -> float:
@@ -422,12 +438,29 @@ def _rel(A: FloatArray, B: FloatArray) -> float:
     return float(np.linalg.norm(np.ldexp(A - B, -e))) / float(np.linalg.norm(np.ldexp(A, -e)))
 
 
-def _certified(sol: MinNormSolution, what: str) -> MinNormSolution:
+def _certified(
+    sol: MinNormSolution,
+    what: str,
+    unresolved: NDArray[np.intp] | None = None,
+    pairs: NDArray[np.intp] | None = None,
+    spread: int = 0,
+) -> MinNormSolution:
     """``sol`` when the certified solver certified it; otherwise :class:`SolverError` naming the problem.
 
     An uncertified least-norm point (``error_bound = cond(K_S)·eps`` or a relative KKT residual above
-    :data:`attnsvm.svm.CERTIFY_RTOL`) may be wrong in every digit, so it is never returned.
+    :data:`attnsvm.svm.CERTIFY_RTOL`) may be wrong in every digit, so it is never returned. Nor is one with an
+    ``unresolved`` support row (:func:`attnsvm.peers._prompt.unresolved_support`: a row so much larger than the
+    binding ones that its margin ``≥ 1`` reads ``≥ 0`` at working precision); ``pairs`` names it and ``spread``
+    is the rows' spread in binades.
     """
+    if unresolved is not None and unresolved.size and pairs is not None:
+        i, tau = (int(x) for x in pairs[unresolved[0]])
+        raise SolverError(
+            f"the {what} could not be certified: its constraint rows z_i ⊗ (x_it − x_iτ) are about "
+            f"{spread} binades apart in size, so the margin ≥ 1 of the row of sequence {i}, "
+            f"token {tau} is below working precision relative to that row (unresolved: it may or may not bind). "
+            "Bring the sequences' tokens and queries closer in size."
+        )
     if not sol.certified:
         raise SolverError(
             f"the {what} could not be certified: its error bound cond(K_S)·eps is {sol.error_bound:.2g} and "
@@ -451,11 +484,13 @@ def predict_multitoken(
     ``span{a_r}``: linear in ``W_gd`` at any size (``W_fin(c·W_gd) = c·W_fin(W_gd)``). The
     single-token baseline is :func:`attnsvm.svm.solve_svm` at ``α = argmax_t s_it``.
 
-    Scale: any finite data (rows and ``W_gd`` as power-of-two mantissas; at fixed sets, ``X → 2^a X``,
+    Scale: any finite data (each row ``z_i ⊗ (x_it − x_iτ)`` a power-of-two mantissa with its own exponent, so
+    rows any number of binades apart are solved, and ``W_gd`` as a mantissa; at fixed sets, ``X → 2^a X``,
     ``z → 2^b z``, ``W_gd → 2^c W_gd`` gives ``W_dir·2^−(a+b)``, ``W_fin·2^c``, ``R·2^(a+b+c)``, the same
     errors); ``W_fin`` to ``≲ (κ + √m·d²·√κ)·eps·||W_gd||_F``, ``W_dir`` to ``κ·eps`` relative, ``κ = cond(K_S)``
-    (certified: ``κ·eps ≤ 1e-9``, else :class:`SolverError`); raises :class:`NumericalError` when a returned
-    matrix's largest entry or a nonzero ``R`` is not a normal double.
+    (certified: ``κ·eps ≤ 1e-9`` and no support row unresolved at the rows' spread, else :class:`SolverError`);
+    raises :class:`NumericalError` when a returned matrix's largest entry or a nonzero ``R`` is not a normal
+    double.
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (``W^fin``, ``W^dir``).
 
@@ -479,11 +514,12 @@ def predict_multitoken(
     sets = selected_sets(inst, Wg, threshold=threshold)
     md = mt_data(inst.X, inst.z, np.ones((1, 1)))
     d = inst.d
-    # Scale: the rows are 2^−E·a_r (E = ex + ez, from mantissas) and W_gd = 2^ew·Ws (max|Ws| ∈ [½, 1)).
-    # The direction SVM on the scaled rows has solution wd = 2^E·W_dir; the finite part's right-hand
-    # sides b_r = a_rᵀvec(W_gd) become 2^−(E+ew)·b_r = rowsᵀvec(Ws), so its solution is wf = 2^−ew·W_fin
-    # (the row scale cancels). Nothing of the logits' size 2^(E+ew) is ever formed.
-    E = md.ex + md.ez
+    # Scale: each row is a_r = 2^{R_r}·rows_r (its own exponent: rows any number of binades apart) and
+    # W_gd = 2^ew·Ws (max|Ws| ∈ [½, 1)). The direction SVM is posed on the rows with their exponents and
+    # returns W_dir = 2^G·wd; the finite part's equalities a_rᵀvec(W) = a_rᵀvec(W_gd) divided by 2^{R_r+ew}
+    # are rows_rᵀvec(W') = rows_rᵀvec(Ws) (each row's scale cancels: the exponents are all 0 there), so its
+    # solution is wf = 2^−ew·W_fin. Nothing of the logits' size 2^(R_r+ew) is ever formed.
+    E = md.ex + md.ez  # the single-token baseline's shared scale
     Ws, ew = mantissa(Wg)
     eq_trip: list[tuple[int, int, int]] = []
     ineq_trip: list[tuple[int, int, int]] = []
@@ -491,18 +527,21 @@ def predict_multitoken(
         t1 = int(O[0])
         eq_trip.extend((i, int(t), t1) for t in O[1:])
         ineq_trip.extend((i, t1, int(tau)) for tau in np.setdiff1d(np.arange(inst.T), O))
-    rows_eq, pairs_eq = _rows(md, eq_trip)
-    rows_in, pairs_in = _rows(md, ineq_trip)
-    wd = np.zeros((d, d))
+    rows_eq, R_eq, pairs_eq = _rows(inst.X, inst.z, eq_trip)
+    rows_in, R_in, pairs_in = _rows(inst.X, inst.z, ineq_trip)
+    wd = np.zeros((d, d))  # W_dir = 2^G·wd
+    G = 0
     kkt_dir = None
     if ineq_trip:
-        rows = np.concatenate([rows_eq, rows_in])
+        rows, R_all = np.concatenate([rows_eq, rows_in]), np.concatenate([R_eq, R_in])
+        pairs = np.concatenate([pairs_eq, pairs_in])
         b = np.concatenate([np.zeros(len(rows_eq)), np.ones(len(rows_in))])
         eq = np.concatenate([np.ones(len(rows_eq), dtype=bool), np.zeros(len(rows_in), dtype=bool)])
         what = "direction SVM W_dir"
-        sol = _certified(
-            solve_min_norm_or_raise(rows, b, eq, np.concatenate([pairs_eq, pairs_in]), what), what
-        )
+        sol, G = solve_min_norm_rows_or_raise(rows, R_all, b, pairs, what, equality=eq)
+        live = R_all[np.any(rows != 0.0, axis=1)]
+        spread = int(np.max(live) - np.min(live)) if live.size else 0
+        _certified(sol, what, unresolved_support(rows, R_all, b, sol, G), pairs, spread)
         # (type: numpy's stubs for a --python-version 3.10 check type reshape to a 0-d array here.)
         wd = sol.coords.reshape((d, d), order="F")  # type: ignore[assignment]  # the primal point itself
         kkt_dir = sol.kkt
@@ -515,21 +554,28 @@ def predict_multitoken(
         # W_fin wrong at small gaps (0 below ~1e-17) and the system falsely infeasible.
         bf = rows_eq @ Ws.reshape(-1, order="F")
         what = "finite part W_fin"
-        solf = _certified(
-            solve_min_norm_or_raise(rows_eq, bf, np.ones(len(bf), dtype=bool), pairs_eq, what), what
+        solf, Gf = solve_min_norm_rows_or_raise(
+            rows_eq,
+            np.zeros(len(bf), dtype=np.int64),
+            bf,
+            pairs_eq,
+            what,
+            equality=np.ones(len(bf), dtype=bool),
         )
-        wf = solf.coords.reshape((d, d), order="F")  # type: ignore[assignment]  # (as for wd above)
+        _certified(solf, what)
+        with np.errstate(under="ignore"):  # the projection of Ws (||wf|| ≤ ||Ws||_F ≤ d): never overflows
+            wf = np.ldexp(solf.coords, Gf).reshape((d, d), order="F")  # type: ignore[assignment]  # (as wd)
         kkt_fin = solf.kkt
-    # R = ⟨W_gd − W_fin, W_dir⟩/||W_dir||² with W_dir = 2^(k−E)·wm (wm the mantissa of wd): R = 2^(ew+E−k)·r,
+    # R = ⟨W_gd − W_fin, W_dir⟩/||W_dir||² with W_dir = 2^(G+k)·wm (wm the mantissa of wd): R = 2^(ew−G−k)·r,
     # r = ⟨Ws − wf, wm⟩/||wm||², and R·W_dir = 2^ew·r·wm, so the prediction is 2^ew·(wf + r·wm) (no
     # logit-level quantity is formed; only R itself carries the logits' scale).
     wm, k = mantissa(wd)
     nd = float(np.sum(wm * wm))
     r = float(np.sum((Ws - wf) * wm)) / nd if nd > 0 else 0.0
     Pm = wf + r * wm  # 2^−ew · prediction
-    W_dir = put_back(wd, -E, "the direction SVM solution W_dir")
+    W_dir = put_back(wd, G, "the direction SVM solution W_dir")
     W_fin = put_back(wf, ew, "the finite part W_fin")
-    R = put_back_scalar(r, ew + E - k, "the fitted scale R of the prediction W_fin + R·W_dir")
+    R = put_back_scalar(r, ew - G - k, "the fitted scale R of the prediction W_fin + R·W_dir")
     pred = put_back(Pm, ew, "the prediction W_fin + R·W_dir")
     alpha = np.argmax(mt_log_attention(md, Wg), axis=1)
     W_mm: FloatArray | None

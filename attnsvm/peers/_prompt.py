@@ -60,7 +60,8 @@ from ..model._grad import CANCELLED_MESSAGE, GradDirection, normalized_risk_grad
 from ..model._instance import Instance, require_unmasked
 from ..model._losses import Loss, LossLike, get_loss
 from ..scaling import FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, pow2_split, range_error
-from ..svm import KKTResiduals, MinNormSolution, min_norm_dual
+from ..svm import SUPPORT_RTOL, KKTResiduals, MinNormSolution, min_norm_dual
+from ..svm._dual import _min_norm_rows
 
 __all__ = [
     "prompt_keys",
@@ -109,6 +110,55 @@ def solve_min_norm_or_raise(
         return min_norm_dual(L @ L.T, b, equality=equality, factor=L)
     except InfeasibleSVMError as exc:
         raise InfeasibleSVMError(f"{_explain_infeasible(rows, pairs, what)} ({exc})") from exc
+
+
+def solve_min_norm_rows_or_raise(
+    rows: FloatArray,
+    R: NDArray[np.int64],
+    b: FloatArray,
+    pairs: NDArray[np.intp],
+    what: str,
+    *,
+    equality: NDArray[np.bool_] | None = None,
+) -> tuple[MinNormSolution, int]:
+    """``min ½||x||² s.t. (2^{R_r}·rows_r)·x ≥ b_r`` (``= b_r`` on ``equality``), each row a mantissa with its
+    own exponent ``R_r``.
+
+    The certified solver of :mod:`attnsvm.svm` on rows any number of binades apart (a shared exponent
+    would square the smallest rows below float64's range and read them as zero). Returns ``(sol, G)`` at
+    the posed scale: ``x = 2^G·rowsᵀ·sol.multipliers``, ``λ_r = 2^{G−R_r}·sol.multipliers_r`` (see
+    :func:`attnsvm.svm._dual._min_norm_rows`). An infeasible problem raises :class:`InfeasibleSVMError`
+    naming a pair ``(i, t)`` of ``pairs`` responsible when one row is zero.
+    """
+    try:
+        return _min_norm_rows(rows, R, b, equality)
+    except InfeasibleSVMError as exc:
+        raise InfeasibleSVMError(f"{_explain_infeasible(rows, pairs, what)} ({exc})") from exc
+
+
+def row_mantissas(a: FloatArray) -> tuple[FloatArray, NDArray[np.int64]]:
+    """``a_r = 2^{e_r}·m_r`` per row, ``max|m_r| ∈ [½, 1)`` (a zero row: ``m_r = 0``, ``e_r = 0``); exact."""
+    e = np.frexp(np.max(np.abs(a), axis=1))[1].astype(np.int64)
+    return np.ldexp(a, -e[:, None]), e
+
+
+def put_back_rows(m: FloatArray, e: NDArray[np.int64], what: str, *, remedy: str = "") -> FloatArray:
+    """``m_r·2^{e_r}`` (entry or row ``r`` of ``m``, one exponent each) when the largest ``|m_r|·2^{e_r}`` is a
+    normal double (or all are zero); else the range error. As :func:`put_back`, smaller entries keep an
+    absolute error ``≤ 2^−1075`` (gradual underflow), far below ``eps`` of the largest.
+    """
+    a = np.abs(m) if m.ndim == 1 else np.max(np.abs(m), axis=1)
+    live = a > 0
+    if not np.any(live):
+        return np.zeros_like(m)
+    log_big = float(np.max(np.log(a[live]) + e[live] * _LN2))
+    if not (LOG_FLOAT_TINY <= log_big <= LOG_FLOAT_MAX):
+        raise range_error(what, log_big, remedy=remedy)
+    with np.errstate(over="ignore", under="ignore"):
+        out = np.ldexp(m, e if m.ndim == 1 else e[:, None])
+    if not np.all(np.isfinite(out)) or float(np.max(np.abs(out))) < FLOAT_TINY:  # the interval's ends
+        raise range_error(what, log_big, remedy=remedy)
+    return out
 
 
 # ============================================================ scale-safe core
@@ -594,8 +644,11 @@ class PromptSVMSolution:
       weakly_active: active constraints with zero multiplier (a subset of ``support``).
       margins: ``rows @ p``, shape ``(m,)``.
       kkt: relative KKT residuals (:class:`attnsvm.svm.KKTResiduals`), as for ``solve_svm``.
-      error_bound: ``cond(K_S)·eps``, bound on the relative error of ``p``.
-      certified: ``error_bound`` and every KKT residual ``≤`` :data:`attnsvm.svm.CERTIFY_RTOL`.
+      error_bound: first-order bound on the relative error of ``p``: ``cond(K_S)·eps`` plus the rounding-level
+        rows' terms of :func:`attnsvm.svm.min_norm_dual`'s bound.
+      certified: ``error_bound`` and every KKT residual ``≤`` :data:`attnsvm.svm.CERTIFY_RTOL`, and no support
+        row unresolved (a row so much larger than the binding ones that its margin ``≥ 1`` reads ``≥ 0`` at
+        working precision, as in :func:`attnsvm.svm.solve_svm`).
     """
 
     p: FloatArray
@@ -611,24 +664,33 @@ class PromptSVMSolution:
     certified: bool
 
 
-def prompt_constraint_rows(
+def prompt_row_mantissas(
     inst: Instance, W: FloatArray, alpha: NDArray[np.intp]
-) -> tuple[FloatArray, int, NDArray[np.intp]]:
-    """Rows ``Δk_it = Wᵀ(x_iα_i − x_it) = 2^R·rows`` (``t ≠ α_i``, by sequence then token) as a
-    mantissa ``rows`` (largest entry in ``[½, 1)``), its exponent ``R``, and the pairs.
+) -> tuple[FloatArray, NDArray[np.int64], NDArray[np.intp]]:
+    """Rows ``Δk_it = Wᵀ(x_iα_i − x_it) = 2^{R_r}·rows_r`` (``t ≠ α_i``, by sequence then token), each row a
+    mantissa (largest entry in ``[½, 1)``) with its own exponent ``R_r``.
 
-    Formed from power-of-two rescaled ``X`` and ``W`` (exact), so no product over- or underflows.
+    The two tokens of a row are scaled by one power of two (their difference cannot overflow), ``W`` by one
+    power of two per column, so a row or a column of ``W`` of any size keeps its digits; entries below
+    ``2^−1074`` of their row's largest flush (absolute error far below ``eps`` of the row).
     """
-    require_unmasked(inst, "attnsvm.peers.prompt_constraint_rows")
+    require_unmasked(inst, "attnsvm.peers.prompt_row_mantissas")
     n, T, _ = inst.shape
     ii, tt = np.meshgrid(np.arange(n), np.arange(T), indexing="ij")
     keep = tt != alpha[:, None]
     pairs = np.stack([ii[keep], tt[keep]], axis=1).astype(np.intp)
-    Xs, ex = pow2_split(inst.X)
-    Ws, ew = pow2_split(W)
-    deltas = Xs[pairs[:, 0], alpha[pairs[:, 0]]] - Xs[pairs[:, 0], pairs[:, 1]]
-    rows, er = pow2_split(deltas @ Ws)
-    return rows, ex + ew + er, pairs
+    xa, xt = inst.X[pairs[:, 0], alpha[pairs[:, 0]]], inst.X[pairs[:, 0], pairs[:, 1]]
+    e = np.frexp(np.maximum(np.max(np.abs(xa), axis=1), np.max(np.abs(xt), axis=1)))[1].astype(np.int64)
+    with np.errstate(under="ignore"):
+        D = np.ldexp(xa, -e[:, None]) - np.ldexp(xt, -e[:, None])  # entries in (−2, 2)
+    ew = np.frexp(np.max(np.abs(W), axis=0))[1].astype(np.int64)  # per column of W
+    with np.errstate(under="ignore"):
+        S = D @ np.ldexp(W, -ew[None, :])  # Δk_rj = 2^{e_r + ew_j}·S_rj, |S_rj| ≤ 2d
+    h = np.where(S != 0.0, np.frexp(S)[1] + ew[None, :], np.iinfo(np.int64).min // 4)
+    H = np.where(np.any(S != 0.0, axis=1), np.max(h, axis=1), 0).astype(np.int64)
+    with np.errstate(under="ignore"):
+        rows = np.ldexp(S, ew[None, :] - H[:, None])
+    return rows, H + e, pairs
 
 
 def _explain_infeasible(rows: FloatArray, pairs: NDArray[np.intp], what: str) -> str:
@@ -660,11 +722,35 @@ def scaled_alpha(inst: Instance, alpha: ArrayLike | None) -> NDArray[np.intp]:
 
 def _solve_prompt_scaled(
     inst: Instance, Wa: FloatArray, a: NDArray[np.intp]
-) -> tuple[FloatArray, int, NDArray[np.intp], MinNormSolution]:
-    """The p-SVM on the row mantissa: ``(rows, R, pairs, sol)``; ``p = 2^−R·rowsᵀλ``."""
-    rows, R, pairs = prompt_constraint_rows(inst, Wa, a)
-    sol = solve_min_norm_or_raise(rows, np.ones(len(rows)), None, pairs, "prompt SVM (p-SVM)")
-    return rows, R, pairs, sol
+) -> tuple[FloatArray, NDArray[np.int64], NDArray[np.intp], MinNormSolution, int]:
+    """The p-SVM on per-row mantissas: ``(rows, R, pairs, sol, G)``; ``Δk_r = 2^{R_r}·rows_r``,
+    ``p = 2^G·rowsᵀλ'``, ``λ_r = 2^{G−R_r}·λ'_r`` (``λ' = sol.multipliers``)."""
+    rows, R, pairs = prompt_row_mantissas(inst, Wa, a)
+    sol, G = solve_min_norm_rows_or_raise(rows, R, np.ones(len(rows)), pairs, "prompt SVM (p-SVM)")
+    return rows, R, pairs, sol, G
+
+
+def unresolved_support(
+    rows: FloatArray, R: NDArray[np.int64], b: FloatArray, sol: MinNormSolution, G: int
+) -> NDArray[np.intp]:
+    """Support rows of :func:`solve_min_norm_rows_or_raise`'s problem whose right-hand side is below its own
+    resolution: ``b'_r ≤ SUPPORT_RTOL·(b'_r + ||rows_r||·||x'||)`` with ``b'_r = 2^{−R_r−G}·b_r`` the posed one.
+
+    ``solve_svm``'s unit-row rule: a row so much larger than the binding ones (``b'_r`` tiny) that
+    ``margin ≥ b_r`` reads ``≥ 0`` at working precision; whether it binds, and its margin, are unresolved.
+    Rows with ``b_r = 0`` ask exactly ``≥ 0`` and are never unresolved.
+    """
+    sup = np.asarray(sol.support, dtype=np.intp)
+    sup = sup[b[sup] > 0]
+    with np.errstate(under="ignore"):
+        bp = np.ldexp(b[sup], -R[sup] - G)
+    rn = np.linalg.norm(rows[sup], axis=1)
+    return sup[bp <= SUPPORT_RTOL * (bp + rn * sol.norm)]
+
+
+def row_margins(rows: FloatArray, R: NDArray[np.int64], xs: FloatArray, G: int, what: str) -> FloatArray:
+    """``(2^{R_r}·rows_r)ᵀ(2^G·xs) = 2^{R_r+G}·rows_rᵀxs``; refused by name when the largest is not a double."""
+    return put_back_rows(rows @ xs, R + G, what)
 
 
 def solve_prompt_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = None) -> PromptSVMSolution:
@@ -672,11 +758,14 @@ def solve_prompt_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = Non
 
     Keys ``k_it = Wᵀ x_it``. Solved through the certified min-norm solver of :mod:`attnsvm.svm` on
     the Gram matrix ``(Δk_r · Δk_s)`` (an exact active-set finish), so ``p`` is accurate to about
-    1e-9 relative. Scale-equivariant: with rows ``Δk = 2^R·Δk'`` (power-of-two mantissa),
-    ``p_mm = 2^−R·p'_mm`` and the multipliers are ``2^−2R`` times the rescaled ones.
+    1e-9 relative. Each row ``Δk_r = 2^{R_r}·Δk'_r`` is a power-of-two mantissa with its own exponent, so
+    rows any number of binades apart are solved (one shared exponent squared the small ones below the range
+    and read them as zero): ``p_mm = 2^G·p'``, multipliers ``λ_r = 2^{G−R_r}·λ'_r``, exactly.
 
-    Scale: any finite data; raises :class:`NumericalError` when ``max|p_mm|``, ``max|Δk|`` or the
-    largest multiplier is not a normal double (``p_mm(cX) = p_mm(X)/c``, multipliers ``/c²``).
+    Scale: any finite data; ``p_mm(cX) = p_mm(X)/c``, multipliers ``/c²``, exactly; raises
+    :class:`NumericalError` when ``max|p_mm|``, ``max|Δk|``, the largest multiplier or the largest margin is
+    not a normal double. Rows far apart in size solve to working precision relative to ``||p_mm||``;
+    ``certified`` is False when a support row is unresolved at their spread.
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (p-SVM, eq. ATT-SVM for ``p``).
 
@@ -694,20 +783,21 @@ def solve_prompt_svm(inst: Instance, W: ArrayLike, alpha: ArrayLike | None = Non
     require_unmasked(inst, "attnsvm.peers.solve_prompt_svm")
     Wa = inst.check_weights(W)
     a = scaled_alpha(inst, alpha)
-    rows, R, pairs, sol = _solve_prompt_scaled(inst, Wa, a)
+    # per-row exponents (rows any number of binades apart; one shared exponent read the small ones as 0)
+    rows, R, pairs, sol, G = _solve_prompt_scaled(inst, Wa, a)
     ps = rows.T @ sol.multipliers
     return PromptSVMSolution(
-        p=put_back(ps, -R, "the p-SVM solution p_mm"),
+        p=put_back(ps, G, "the p-SVM solution p_mm"),
         alpha=a,
-        rows=put_back(rows, R, "the p-SVM constraint rows Δk_it"),
+        rows=put_back_rows(rows, R, "the p-SVM constraint rows Δk_it"),
         pairs=pairs,
-        duals=put_back(np.asarray(sol.multipliers), -2 * R, "the p-SVM multipliers"),
+        duals=put_back_rows(np.asarray(sol.multipliers), G - R, "the p-SVM multipliers"),
         support=[(int(i), int(t)) for i, t in pairs[sol.support]],
         weakly_active=[(int(i), int(t)) for i, t in pairs[sol.weakly_active]],
-        margins=rows @ ps,  # scale-invariant: Δkᵀp = rowsᵀ(2^R·2^−R)ps
+        margins=row_margins(rows, R, ps, G, "the p-SVM margins Δk_itᵀp_mm"),
         kkt=sol.kkt,
         error_bound=sol.error_bound,
-        certified=sol.certified,
+        certified=sol.certified and unresolved_support(rows, R, np.ones(len(rows)), sol, G).size == 0,
     )
 
 
@@ -726,7 +816,7 @@ def prompt_local_optimality(inst: Instance, W: ArrayLike, alpha: ArrayLike | Non
     Wa = inst.check_weights(W)
     a = scaled_alpha(inst, alpha)
     try:
-        _, _, pairs, sol = _solve_prompt_scaled(inst, Wa, a)
+        _, _, pairs, sol, _ = _solve_prompt_scaled(inst, Wa, a)
     except InfeasibleSVMError:
         return False
     As, _ = values_mantissa(inst.X, inst.v)
