@@ -1482,3 +1482,28 @@ def test_min_norm_dual_equality_rows_do_not_count_as_held_negative_multipliers()
     np.testing.assert_allclose(r.coords, [1.0, -2.0], rtol=0, atol=EXACT_ATOL)
     np.testing.assert_allclose(r.multipliers, [3.0, -2.0], rtol=0, atol=EXACT_ATOL)
     assert r.error_bound < 1e3 * EPS and r.certified
+
+
+def _edge_of_range(e: int) -> A.Instance:
+    """Two sequences, queries (½, 0): the first asks Δ = (2^e, 0), so W₀₀·2^e·½ ≥ 1; the second (Δ = (½, ½))
+    asks ¼(W₀₀ + W₁₀) ≥ 1, slack at the first row's answer. W_mm = 2^(1−e)·e₀e₀ᵀ exactly (hand-solved)."""
+    X = np.array([[[2.0**e, 0.0], [0.0, 0.0]], [[0.5, 0.5], [0.0, 0.0]]])
+    return A.Instance(X, np.ones(2), np.ones(2), np.array([[0.5, 0.0], [0.5, 0.0]]))
+
+
+def test_solution_at_the_edge_of_the_range_is_returned_or_refused_by_its_value() -> None:
+    """Oracle: hand-solved (:func:`_edge_of_range`). ||W_mm|| = 2^1023 is the largest power of two float64
+    holds: returned exactly and certified; 2^1024 is not a double: refused by name, never W = inf (the
+    log-domain range check alone cannot tell log 2^1024 from log FLOAT_MAX: they are the same double).
+    Every Frobenius method and the working set go through the same scale-back."""
+    sol = A.solve_svm(_edge_of_range(-1022), alpha=[0, 0])
+    np.testing.assert_array_equal(sol.W, np.array([[2.0**1023, 0.0], [0.0, 0.0]]))
+    assert sol.certified
+    over = _edge_of_range(-1023)
+    for solve in (
+        lambda: A.solve_svm(over, alpha=[0, 0]),
+        lambda: A.solve_svm(over, alpha=[0, 0], method="vector"),
+        lambda: A.solve_svm_working_set(over, alpha=[0, 0]),
+    ):
+        with pytest.raises(NumericalError, match=r"\|\|W_mm\|\|_F is about 1e\+308: it overflows"):
+            solve()

@@ -224,8 +224,17 @@ def _back_to_data_scale(
     scaling.check_log_representable(
         "the Att-SVM solution ||W_mm||_F", math.log(wnorm_hat) + u.G * log2, remedy=_RESCALE_REMEDY
     )
-    W = np.ldexp(W_hat, u.G)  # exact (entries below 2^-1022 lose digits: ≤ d·2^-53 of ||W||_F)
-    wnorm = float(np.ldexp(wnorm_hat, u.G))
+    with np.errstate(over="ignore"):
+        W = np.ldexp(W_hat, u.G)  # exact (entries below 2^-1022 lose digits: ≤ d·2^-53 of ||W||_F)
+        wnorm = float(np.ldexp(wnorm_hat, u.G))
+    # The log-domain check above cannot resolve the last ulp of the range (log 2^1024 and log FLOAT_MAX are
+    # the same double): decide on the values themselves.
+    if not (scaling.FLOAT_TINY <= wnorm <= scaling.FLOAT_MAX) or not np.all(np.isfinite(W)):
+        # at the edge itself: name the side the value fell on (its log is within an ulp of the bound)
+        lg = math.log(wnorm_hat) + u.G * log2
+        lg = math.nextafter(scaling.LOG_FLOAT_MAX, math.inf) if wnorm > 1.0 else lg
+        lg = math.nextafter(scaling.LOG_FLOAT_TINY, -math.inf) if wnorm < 1.0 else lg
+        raise scaling.range_error("the Att-SVM solution ||W_mm||_F", lg, remedy=_RESCALE_REMEDY)
     with np.errstate(over="ignore"):
         margins = np.ldexp(margins_hat * u.mant, u.E + u.G)  # = m̂_r / β_r, never 1/β_r formed
     if not np.all(np.isfinite(margins)):
