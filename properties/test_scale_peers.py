@@ -727,12 +727,26 @@ def test_run_multitoken_gd(case, data):
     )
 
 
+_MT_PREDICT_TALLY = Tally()
+
+
+@bounded_discards(_MT_PREDICT_TALLY)
 @settings(max_examples=15)
 @given(mt_cases(), st.data())
 def test_predict_multitoken(case, data):
-    """W_dir, W_fin, the prediction scale by 2^−2a with W_gd; R and the relative error are invariant."""
+    """W_dir, W_fin, the prediction scale by 2^−2a with W_gd; R and the relative error are invariant.
+
+    ``W_gd`` comes from 30 plain multi-token GD steps; where that run refuses (its gradient leaves float64's
+    range, e.g. ~1e-364 at step 2 with a zero head), there is no ``W_gd`` to predict from: set aside,
+    counted and bounded."""
     inst, W, V = case
-    Wg = MT.run_multitoken_gd(inst, V, 30, 2.0, W0=W).W
+    _MT_PREDICT_TALLY.run += 1
+    try:
+        Wg = MT.run_multitoken_gd(inst, V, 30, 2.0, W0=W).W
+    except NumericalError as exc:
+        assert "float64" in str(exc) or "double" in str(exc), exc  # the scale contract's refusal, named
+        _MT_PREDICT_TALLY.discard("the plain multi-token GD run giving W_gd refused (range)")
+        return
     a, b, _ = _mt_exps(data, inst, Wg, V, False)
     sweep(
         "predict_multitoken",
