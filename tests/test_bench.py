@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnsvm.harness.bench import _r, gd_table, median_ratio, svm_table
+from attnsvm.harness.bench import gd_table, median_ratio, svm_table
+from attnsvm.harness.bench._gd import _r
 
 
 def test_median_ratio_is_the_median_of_per_round_ratios() -> None:
