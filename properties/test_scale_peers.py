@@ -1109,3 +1109,74 @@ def test_predict_multitoken_blocks_of_any_scale(data):
     event(
         f"predict_multitoken (blocks): returned, blocks' rows moved ≥ 2^537 apart = {2 * abs(a[1] - a[0]) >= 537}"
     )
+
+
+# ============================ ℓp-SVM rows far apart: one scale per block (Clarabel's false infeasibility)
+_LP_BLOCK_TALLY = Tally()
+#: Block 1's exponent is drawn within this many binades of block 0's: its rows z ⊗ Δ then lie up to 2^(2·120)
+#: from block 0's, far past the ~2^40 where Clarabel called the shared-exponent problem infeasible, while every
+#: answer stays a double (|a_i| ≤ 150, so μ ~ 2^(−2p·a_i) stays in range for p ≤ 3).
+LP_SPREAD_BITS = 120
+#: Polished answers solve the active KKT equations to NEWTON_TOL = 1e-13 per block (the Newton system is block
+#: diagonal, LU keeps its blocks); 1e-9 relative per block also covers cond(J) of the small random blocks, as the
+#: existing scale property of solve_lp_svm (Clarabel on identical mantissas) allows.
+LP_BLOCK_RTOL = 1e-9
+#: solve_lp_svm divides W by its smallest margin m and recomputes the margins: (A·w)/m rounds, so the returned
+#: min_margin is 1 to a few ulps (found: 1 − 2^−53 at scale 1, on the ordinary path), not ≥ 1 exactly.
+LP_MARGIN_ATOL = 4 * EPS
+
+
+def _lp_block(seed: int, T: int, d: int) -> Instance:
+    from attnsvm.model._instance import random_instance
+
+    return random_instance(1, T, d, seed=seed, family="unit")
+
+
+@bounded_discards(_LP_BLOCK_TALLY)
+@settings(max_examples=25)
+@given(st.data())
+def test_solve_lp_svm_blocks_far_apart(data):
+    """Two sequences in orthogonal coordinate blocks (tokens and query of sequence i in block i, scaled by 2^a_i):
+    the ℓp objective Σ|W_jk|^p separates over the blocks W[B_i, B_i], so W_p is the two one-block solutions moved
+    by 2^−2a_i side by side, the objective (Σ_i 2^−2a_i·p ||W_i||_p^p)^{1/p}, the multipliers 2^−2a_i·p μ_i (oracle:
+    the one-block solves at scale 1, the exact equivariance and the separability). Never InfeasibleSVMError (each
+    block is feasible). Polished: each block within LP_BLOCK_RTOL of its own size; unpolished: feasible, and the
+    objective within the certified gaps of the oracle's. A one-block solve refused at scale 1 is set aside, counted."""
+    _LP_BLOCK_TALLY.run += 1
+    p = data.draw(st.sampled_from([1.5, 2.0, 3.0]))
+    T = data.draw(st.integers(2, 3))
+    dims = [data.draw(st.integers(2, 3)) for _ in range(2)]  # d = 1: unit tokens ±1 may coincide (infeasible)
+    blocks = [_lp_block(data.draw(st.integers(0, 10**6)), T, dims[i]) for i in range(2)]
+    a0 = data.draw(st.integers(-30, 30))
+    a = [a0, a0 + data.draw(st.integers(-LP_SPREAD_BITS, LP_SPREAD_BITS))]
+    alphas = [0, 0]  # any token: the SVM needs no optimal one (generic tokens, T − 1 ≤ d: feasible)
+    try:
+        base = [M.solve_lp_svm(b, p, [al]) for b, al in zip(blocks, alphas, strict=True)]
+    except AttnSVMError as exc:
+        _LP_BLOCK_TALLY.discard(f"a one-block ℓp-SVM refused at scale 1 ({type(exc).__name__})")
+        return
+    d, off = sum(dims), [0, dims[0]]
+    X, z = np.zeros((2, T, d)), np.zeros((2, d))
+    for i, b in enumerate(blocks):
+        X[i, :, off[i] : off[i] + dims[i]] = ld(b.X[0], a[i])
+        z[i, off[i] : off[i] + dims[i]] = ld(b.z[0], a[i])
+    inst = Instance(X, np.ones(2), np.ones(d), z)
+    got = M.solve_lp_svm(inst, p, alphas)  # every block feasible: any InfeasibleSVMError fails the property
+    event(f"solve_lp_svm (blocks, p = {p}): returned, polished={got.polished}")
+    assert got.min_margin >= 1.0 - LP_MARGIN_ATOL
+    with mpmath.workdps(40):
+        opt = sum(mpmath.mpf(x.objective) ** p * mpmath.mpf(2) ** (-2 * a[i] * p) for i, x in enumerate(base))
+        opt = opt ** (1 / mpmath.mpf(p))
+        slack = float(abs(mpmath.mpf(got.objective) - opt) / opt)
+    assert slack <= got.gap + max(x.gap for x in base) + LP_BLOCK_RTOL, (slack, got.gap)
+    if got.polished and all(x.polished for x in base):
+        for i, x in enumerate(base):
+            Wi = got.W[off[i] : off[i] + dims[i], off[i] : off[i] + dims[i]]
+            want = ld(x.W, -2 * a[i])
+            err = float(np.max(np.abs(Wi - want))) / float(np.max(np.abs(want)))
+            assert err <= LP_BLOCK_RTOL, (i, err)
+        # the other entries of W touch no row: 0 at the optimum
+        Wc = np.array(got.W)
+        for i in range(2):
+            Wc[off[i] : off[i] + dims[i], off[i] : off[i] + dims[i]] = 0.0
+        assert not np.any(Wc != 0.0)

@@ -273,14 +273,25 @@ def test_solver_failures_are_named(inst, monkeypatch):
         with pytest.raises(SolverError) as exc:
             M.solve_lp_svm(inst, 3.0)
         assert str(exc.value) == "Clarabel failed on the ℓp-SVM (p = 3.0): boom"
+    X = np.array(inst.X)
+    X[0, 1] = X[0, 0]  # a token equal to the selected one (α_0 = 0): margin 0 for every W (infeasible)
+    bad = A.Instance(X, inst.Y, inst.v, inst.z)
     for status in ("infeasible", "infeasible_inaccurate"):
         with monkeypatch.context() as m:
             m.setattr(cp.Problem, "status", property(lambda self, s=status: s))
+            # An infeasibility verdict is decided exactly (certified ℓ2 solve of the same rows): on the
+            # infeasible instance it stands, with the documented message ...
             with pytest.raises(InfeasibleSVMError) as exc:
-                M.solve_lp_svm(inst, 3.0)
+                M.solve_lp_svm(bad, 3.0, alpha=[0] * inst.n)
             assert str(exc.value) == (
-                f"the ℓp-Att-SVM (p = 3.0) is infeasible for alpha = {alpha}: no W separates the selected "
+                f"the ℓp-Att-SVM (p = 3.0) is infeasible for alpha = {[0] * inst.n}: no W separates the selected "
                 "tokens with margin 1 (check for a token equal to the selected one or a zero query)"
+            )
+            # ... on the feasible one (solved above) it is the conic solver's failure, a SolverError.
+            with pytest.raises(SolverError) as exc2:
+                M.solve_lp_svm(inst, 3.0)
+            assert str(exc2.value).startswith(
+                f"Clarabel called the ℓp-Att-SVM (p = 3.0) infeasible for alpha = {alpha}, but it is feasible"
             )
     for status in ("optimal_inaccurate", "unbounded"):
         with monkeypatch.context() as m:

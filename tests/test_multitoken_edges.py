@@ -147,6 +147,47 @@ def test_infeasible_direction_svm_is_refused_with_a_farkas_certificate():
     assert "rows [0, 2] cannot hold together" in msg
 
 
+def test_infeasible_direction_svm_is_explained_in_the_multitoken_model():
+    """The same instance: the message reads the Farkas certificate in the model's terms, the equal-logit constraint
+    of tokens 2 and 1 (row 0, triple (0, 2, 1)) and the margin of the selected token 1 over token 0 (row 2, triple
+    (0, 1, 0)), hand-derived above. Was: the prompt model's explanation ("token 1 has the same key as the selected
+    token", "no p", "alpha", "W"), which blamed the zero row 1 (tokens 3 and 1 are equal, an equality 0 = 0 that
+    always holds) and named quantities the multi-token model does not have."""
+    with pytest.raises(InfeasibleSVMError) as exc:
+        MT.predict_multitoken(line([0.0, 1.0, 2.0, 1.0]), np.array([[5.0]]))
+    msg = str(exc.value)
+    assert msg.startswith(
+        "the direction SVM W_dir is infeasible: no W gives the selected tokens O_i of each sequence equal logits "
+        "((x_it − x_it₁)ᵀ W z_i = 0, t ∈ O_i) and a margin ≥ 1 over the other tokens ((x_it₁ − x_iτ)ᵀ W z_i ≥ 1, "
+        "τ ∉ O_i). The conflicting constraints (Farkas certificate): sequence 0, tokens 2 and 1 equal logits; "
+        "sequence 0, selected token 1 over token 0 by ≥ 1. "
+    )
+    for foreign in ("same key", "no p", "alpha", "Wᵀ(x_iα"):
+        assert foreign not in msg
+
+
+def test_infeasible_finite_part_is_explained_as_rounding(monkeypatch):
+    """Fault injection: the finite part's equalities are met by W_gd itself, so only floating point can make them
+    infeasible; a solver verdict of infeasibility (injected, certificate on both rows of line([0, 1, 2]), every
+    token selected at W_gd = 1: triples (0, 1, 0), (0, 2, 0)) is explained as such, naming those constraints.
+    Oracle: the documented text."""
+    from attnsvm.svm._results import InfeasibleMinNormError
+
+    def infeasible(rows, R, b, eq):
+        raise InfeasibleMinNormError("min-norm problem infeasible: injected", np.array([1.0, -0.5]), math.inf)
+
+    monkeypatch.setattr(MT, "_min_norm_rows", infeasible)
+    with pytest.raises(InfeasibleSVMError) as exc:
+        MT.predict_multitoken(line([0.0, 1.0, 2.0]), np.array([[1.0]]))
+    assert str(exc.value) == (
+        "the finite part W_fin is infeasible in floating point: its equalities (x_it − x_it₁)ᵀ W z_i = "
+        "(x_it − x_it₁)ᵀ W_gd z_i (t ∈ O_i) are met by W_gd itself, so its rows z_i ⊗ (x_it − x_it₁) are "
+        "numerically dependent and their right-hand sides disagree at rounding level. The conflicting constraints "
+        "(Farkas certificate): sequence 0, tokens 1 and 0 equal logits; sequence 0, tokens 2 and 0 equal logits. "
+        "Merge near-duplicate tokens or rescale the features. (min-norm problem infeasible: injected)"
+    )
+
+
 # ------------------------------------------------------------------- refusals of the scale contract
 def test_prediction_refuses_each_unrepresentable_matrix_by_name():
     """Oracle: hand-computed sizes on d = 1 instances (tokens a, 0, query c: logit gap a·W·c).

@@ -570,3 +570,146 @@ def test_predict_multitoken_unresolved_far_apart_rows_are_refused_by_name():
     _exact_least_norm(inst, [(0, 0, 1, "≥", 1), (1, 0, 1, "≥", 1)], np.diag([1.0, 2.0**600]), binding=[0, 1])
     with pytest.raises(SolverError, match="direction SVM W_dir could not be certified: .* 600 binades apart"):
         MT.predict_multitoken(inst, np.diag([10.0, 10.0 * 2.0**600]))
+
+
+# ============ ℓp-SVM rows far apart in size (Clarabel's false infeasibility; solve_lp_svm re-poses equilibrated)
+# x_00 = (2^-k, 0), x_10 = (2^k, 2^k), the other tokens 0, z_i = (1, 1), α = (0, 0): the rows z_i ⊗ x_i0 are 2^2k
+# apart. Row 0 asks W_00 + W_01 ≥ 2^k, row 1 (W_00 + W_01 + W_10 + W_11) ≥ 2^-k. Hölder (|W_00| + |W_01| ≤
+# 2^{1/q}·||(W_00, W_01)||_p) bounds every feasible norm below by 2^k/2^{1/q} = 2^{k−1}·2^{1/p}, which
+# W* = 2^{k−1}·(e_0e_0ᵀ + e_0e_1ᵀ) attains while meeting row 1 with margin 2^2k: the ℓp optimum for every p, with
+# one multiplier μ_0 = 2^k·(2^{k−1})^{p−1} (∇ψ(W*) = μ_0·a_0, a_0 = 2^-k on the entries W_00, W_01).
+# Clarabel called it infeasible from 2^40 apart on (tolerance, not underflow).
+
+#: Polished, ``W`` and ``μ`` are the Newton solution of the active KKT equations to NEWTON_TOL = 1e-13 (module
+#: docstring of attnsvm.peers._mirror); 1e-13 relative covers the put-back's single rounding.
+LP_POLISHED_RTOL = 1e-13
+#: Unpolished (p > 2 here: a column of W the active set leaves untouched stops the polish), the conic answer is
+#: certified by its Hölder gap, documented ≲ 1e-8 when the multipliers are within a few decades (one here).
+LP_CONIC_GAP = 1e-8
+
+
+def _lp_far(k: int, *, twin: bool = False) -> A.Instance:
+    """The far-apart ℓp instance above; ``twin``: token 1 of sequence 0 equal to the selected token 0."""
+    inst = _two_sequences((2.0**-k, 0.0), (2.0**k, 2.0**k))
+    if not twin:
+        return inst
+    X = np.array(inst.X)
+    X[0, 1] = X[0, 0]
+    return A.Instance(X, inst.Y, inst.v, inst.z)
+
+
+def _lp_exact_feasible(inst: A.Instance, alpha: list[int], W: np.ndarray) -> None:
+    """``(x_iα_i − x_it)ᵀ W z_i ≥ 1`` for every ``t ≠ α_i``, in exact rationals from the doubles."""
+    X, Z, Wf = (
+        [[[Fraction(v) for v in tok] for tok in seq] for seq in inst.X.tolist()],
+        [[Fraction(v) for v in q] for q in inst.z.tolist()],
+        [[Fraction(v) for v in row] for row in np.asarray(W).tolist()],
+    )
+    d = inst.d
+    for i, a in enumerate(alpha):
+        for t in range(inst.T):
+            if t != a:
+                delta = [X[i][a][j] - X[i][t][j] for j in range(d)]
+                m = sum((delta[j] * Wf[j][k] * Z[i][k] for j in range(d) for k in range(d)), Fraction(0))
+                assert m >= 1, (i, t, m)
+
+
+@pytest.mark.parametrize("k", [20, 300])
+@pytest.mark.parametrize("p", [1.5, 2.0, 3.0])
+def test_lp_svm_rows_far_apart_are_solved_not_called_infeasible(k, p):
+    """Was: InfeasibleSVMError (Clarabel's verdict on the shared-exponent rows) from rows 2^40 apart. Now decided
+    exactly (certified ℓ2 solve on per-row mantissas: feasible) and solved on equilibrated rows. Oracle: the
+    hand-derived optimum above (Hölder lower bound attained, checked feasible in exact rationals; the value
+    2^{k−1}·2^{1/p} in mpmath). p ≤ 2: polished, ``W`` and ``μ`` to LP_POLISHED_RTOL; p = 3: the conic answer,
+    feasible in exact rationals, its certified gap honest against the exact optimum and ≤ LP_CONIC_GAP."""
+    import mpmath
+
+    inst = _lp_far(k)
+    W_opt = np.array([[2.0 ** (k - 1), 2.0 ** (k - 1)], [0.0, 0.0]])
+    _lp_exact_feasible(inst, [0, 0], W_opt)
+    with mpmath.workdps(50):
+        opt = mpmath.mpf(2) ** (k - 1) * mpmath.mpf(2) ** (mpmath.mpf(1) / p)
+        mu0 = float(mpmath.mpf(2) ** k * mpmath.mpf(2) ** ((k - 1) * (mpmath.mpf(p) - 1)))
+    sol = M.solve_lp_svm(inst, p, [0, 0])
+    _lp_exact_feasible(inst, [0, 0], sol.W)
+    assert sol.min_margin >= 1.0 and sol.support == [(0, 1)]
+    assert float((mpmath.mpf(sol.objective) - opt) / sol.objective) <= sol.gap + LP_POLISHED_RTOL
+    if p <= 2.0:
+        assert sol.polished
+        assert rel(sol.W, W_opt) <= LP_POLISHED_RTOL
+        assert sol.objective == pytest.approx(float(opt), rel=LP_POLISHED_RTOL)
+        assert sol.duals[0] == pytest.approx(mu0, rel=LP_POLISHED_RTOL) and sol.duals[1] == 0.0
+    else:
+        assert sol.gap <= LP_CONIC_GAP
+
+
+def test_lp_svm_rows_beyond_float64_apart_are_refused_as_a_solver_failure_not_infeasible():
+    """Rows 2^1100 apart (k = 550): feasible (W* above, exact rationals), but the equilibrated rows 2^{R_r−R₀}·rows_r
+    leave float64: SolverError naming the spread (1100 binades: frexp exponents −549 and 551) and the remedy, not a
+    false InfeasibleSVMError."""
+    inst = _lp_far(550)
+    _lp_exact_feasible(inst, [0, 0], np.array([[2.0**549, 2.0**549], [0.0, 0.0]]))
+    for p in (1.5, 3.0):
+        with pytest.raises(
+            SolverError, match=r"infeasible for alpha = \[0, 0\], but it is feasible .* 1100 binades"
+        ):
+            M.solve_lp_svm(inst, p, [0, 0])
+
+
+def test_lp_svm_far_apart_rows_truly_infeasible_stay_infeasible():
+    """The same far-apart rows plus token 1 of sequence 0 equal to its selected token: that row is exactly zero,
+    so its margin is 0 < 1 for every W (exact). The exact feasibility check confirms Clarabel: InfeasibleSVMError
+    with the documented message."""
+    inst = _lp_far(20, twin=True)
+    assert np.array_equal(inst.X[0, 0], inst.X[0, 1])
+    for p in (1.5, 3.0):
+        with pytest.raises(
+            A.InfeasibleSVMError, match=r"ℓp-Att-SVM \(p = .*\) is infeasible for alpha = \[0, 0\]"
+        ):
+            M.solve_lp_svm(inst, p, [0, 0])
+
+
+def test_mirror_record_tokens_of_a_sequence_2_to_1200_below_the_other():
+    """Sequence 1 (tokens 2^-600·e_0, 2^-600·e_1, query 2^-600·e_0) has logits (2^-1200·W_00, 2^-1200·W_10): with
+    ``W_0 = e_1e_0ᵀ`` token 1 wins (exact: 2^-1200 > 0), as in sequence 0 (tokens e_0, e_1, query e_0: logits
+    (0, 1)). The recorded tokens used one mantissa for all sequences, flushed sequence 1's logits to 0 and
+    recorded token 0; each sequence now has its own."""
+    X = np.zeros((2, 2, 2))
+    X[0, 0], X[0, 1] = (1.0, 0.0), (0.0, 1.0)
+    X[1, 0], X[1, 1] = (2.0**-600, 0.0), (0.0, 2.0**-600)
+    inst = A.Instance(X, np.ones(2), np.array([1.0, 0.0]), np.array([[1.0, 0.0], [2.0**-600, 0.0]]))
+    W0 = np.array([[0.0, 0.0], [1.0, 0.0]])
+    # the logits in exact rationals: x_itᵀ W_0 z_i
+    Fz = [[Fraction(v) for v in q] for q in inst.z.tolist()]
+    for i in range(2):
+        lg = [
+            sum(Fraction(X[i, t, a]) * Fraction(W0[a, b]) * Fz[i][b] for a in range(2) for b in range(2))
+            for t in range(2)
+        ]
+        assert lg[1] > lg[0]
+    tr = M.run_mirror_descent(inst, 2.0, 1, 0.1, W0=W0, record_at=[0])
+    assert tr.record[0].tokens.tolist() == [1, 1]
+
+
+def test_lp_svm_clarabel_failure_on_rows_far_apart_is_retried_equilibrated(monkeypatch):
+    """Fault injection: Clarabel raising on the first (shared-exponent) solve of the rows 2^40 apart (measured
+    failures there: ``user_limit`` at 2^28, "infeasible" from 2^40). The rows' spread (40 binades) is past
+    LP_RETRY_SPREAD_BITS, so the problem is re-posed on equilibrated rows and solved: the hand-derived optimum
+    ``W* = 2^19·(e_0e_0ᵀ + e_0e_1ᵀ)`` (above; polished for p = 2). On ordinary data a failure keeps Clarabel's
+    message (tests/test_mirror.py::test_solver_failures_are_named)."""
+    import cvxpy as cp
+
+    assert M.LP_RETRY_SPREAD_BITS <= 40
+    real = cp.Problem.solve
+    calls = []
+
+    def first_fails(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise cp.error.SolverError("injected")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cp.Problem, "solve", first_fails)
+    sol = M.solve_lp_svm(_lp_far(20), 2.0, [0, 0])
+    assert len(calls) == 2 and sol.polished
+    assert rel(sol.W, np.array([[2.0**19, 2.0**19], [0.0, 0.0]])) <= LP_POLISHED_RTOL

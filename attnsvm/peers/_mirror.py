@@ -34,7 +34,8 @@ Scale: ``ψ`` is homogeneous (``∇ψ`` of degree ``p − 1``, its inverse of de
 ``||·||_p`` of degree 1, ``D_ψ`` of the unit directions of degree 0). The maps refuse an entry whose
 image leaves float64's normal range (decided from the computed image; the size reported from
 ``(p−1)·log|W|``); norms and unit directions come from power-of-two mantissas; the ℓp-SVM is solved
-on the row mantissa (``W_p(2^j X, 2^j z) = 2^−2j W_p``) and the engine's direction on rescaled data.
+on the row mantissa (``W_p(2^j X, 2^j z) = 2^−2j W_p``), or on per-row mantissas when its rows are too far
+apart in size for the conic solver, and the engine's direction on rescaled data.
 The engine carries its dual state ``U = ∇ψ(W)`` as mantissa ⊙ 2^exponent per entry, so ``U`` may
 leave float64 (``|W|^{p−1}``, ``η g``) wherever ``W`` itself is a double.
 
@@ -69,8 +70,10 @@ from ._prompt import (
     effective_weights,
     is_stationary_error,
     put_back,
+    row_mantissas,
     scaled_alpha,
     scaled_core,
+    solve_min_norm_rows_or_raise,
     values_mantissa,
 )
 
@@ -395,14 +398,22 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
     cvxpy (``pnorm``, Clarabel; any status other than ``optimal`` raises :class:`SolverError`),
     feasibility restored by ``W / min(1, min margin)``, then the Newton active-set polish and the
     Hölder duality-gap certificate described in the module docstring. Solved on a power-of-two
-    mantissa of the rows: ``W_p(cX, cz) = W_p(X, z)/c²``, multipliers ``/c^{2p}``.
+    mantissa of the rows: ``W_p(cX, cz) = W_p(X, z)/c²``, multipliers ``/c^{2p}``. When Clarabel reports
+    infeasibility, or fails otherwise on rows at least :data:`LP_RETRY_SPREAD_BITS` binades apart,
+    feasibility is decided exactly (the certified ℓ2 min-norm solver on per-row mantissas; it does not
+    depend on the norm), and a feasible problem (rows far apart in size: Clarabel's tolerance) is re-posed
+    on equilibrated rows ``rows_r·w' ≥ 2^{R₀−R_r}`` and polished and certified as above.
 
     Scale: any finite data; polished, ``W`` and ``μ`` to ~1e-13 (the Newton polish converges in a
     step or two per active set even with multipliers 20 decades apart, p ≤ 2); unpolished, Clarabel's
     answer with its certificate ``gap`` (≲ 1e-8 when the multipliers are within a few decades; up to
     ~1e-5 measured when they are 8+ decades apart and p > 2, where a column of ``W`` untouched by the
-    starting active set stops the polish); raises :class:`NumericalError` when ``max|W_p|``, the
-    objective or the largest multiplier is not a normal double.
+    starting active set stops the polish); rows any distance apart up to ~1000 binades (their equilibrated
+    form must be doubles), beyond that :class:`SolverError` naming the spread (never a false
+    :class:`InfeasibleSVMError`); unpolished with rows far apart, ``W`` is right normwise (``gap``) but an
+    entry far below the largest, and the support of rows far larger than the binding ones, may be unresolved;
+    raises :class:`NumericalError` when ``max|W_p|``, the objective or the largest multiplier is not a
+    normal double.
 
     References: Julistiono, Tarzanagh, Azizan, arXiv 2410.14581 (ℓp-Att-SVM).
 
@@ -415,8 +426,10 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
       :class:`LpSVMSolution` (``.W``, objective, lower bound, gap, multipliers, support).
 
     Raises:
-      InfeasibleSVMError: the constraints cannot be met (Clarabel reports infeasibility).
-      SolverError: any other non-optimal status.
+      InfeasibleSVMError: the constraints cannot be met (Clarabel reports infeasibility and the exact ℓ2
+        check confirms it with a Farkas certificate).
+      SolverError: any other non-optimal status (on rows within ``LP_RETRY_SPREAD_BITS`` binades), or a
+        feasible problem Clarabel fails on even equilibrated (naming the rows' spread).
     """
     require_unmasked(inst, "attnsvm.peers.solve_lp_svm")
     require("cvxpy", feature="solve_lp_svm")  # pragma: no mutate
@@ -439,21 +452,34 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
     w = cp.Variable(D)
     cons = [A @ w >= 1]
     prob = cp.Problem(cp.Minimize(cp.pnorm(w, p)), cons)  # type: ignore[arg-type]
+    failure: cp.error.SolverError | None = None
     try:
         prob.solve(solver=cp.CLARABEL)
+        status = str(prob.status)
     except cp.error.SolverError as exc:
-        raise SolverError(f"Clarabel failed on the ℓp-SVM (p = {p}): {exc}") from exc
-    status = str(prob.status)
-    if status in ("infeasible", "infeasible_inaccurate"):
-        raise InfeasibleSVMError(
-            f"the ℓp-Att-SVM (p = {p}) is infeasible for alpha = {c.alpha.tolist()}: no W separates the "
-            "selected tokens with margin 1 (check for a token equal to the selected one or a zero query)"
+        status, failure = "failed", exc
+    infeasible = status in ("infeasible", "infeasible_inaccurate")
+    if infeasible or status != "optimal" or w.value is None:
+        # An infeasibility verdict is decided exactly; it, or any failure on rows far apart in size, is re-posed
+        # on equilibrated rows (A and E with it). Other failures are refused as Clarabel's.
+        far = _far_rows(inst, c.alpha, c.pairs)
+        if not infeasible and far.spread < LP_RETRY_SPREAD_BITS:
+            if failure is not None:
+                raise SolverError(f"Clarabel failed on the ℓp-SVM (p = {p}): {failure}") from failure
+            raise SolverError(
+                f"Clarabel returned status {status!r} on the ℓp-SVM (p = {p}); the solution is not certified"
+            )
+        verdict = (
+            f"called the ℓp-Att-SVM (p = {p}) infeasible"
+            if infeasible
+            else f"failed on the ℓp-Att-SVM (p = {p}) ({failure})"
+            if failure is not None
+            else f"returned status {status!r} on the ℓp-Att-SVM (p = {p})"
         )
-    if status != "optimal" or w.value is None:
-        raise SolverError(
-            f"Clarabel returned status {status!r} on the ℓp-SVM (p = {p}); the solution is not certified"
-        )
-    wv = np.asarray(w.value, dtype=np.float64)
+        A, E, wv, dual0, status = _solve_far_apart(far, c.alpha, c.pairs, p, verdict)
+    else:
+        wv = np.asarray(w.value, dtype=np.float64)
+        dual0 = np.asarray(cons[0].dual_value, dtype=np.float64).reshape(-1)
     marg = A @ wv
     mmin = float(marg.min())
     if not mmin > 0:
@@ -461,7 +487,6 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
             f"the ℓp-SVM solution has a non-positive margin {mmin:.3g}; cannot restore feasibility"
         )
     wv = wv / min(1.0, mmin)  # restore feasibility: every margin ≥ 1
-    dual0 = np.asarray(cons[0].dual_value, dtype=np.float64).reshape(-1)
     marg = A @ wv
     polished = False
     mu = np.zeros(m)
@@ -511,6 +536,97 @@ def solve_lp_svm(inst: Instance, p_norm: float, alpha: ArrayLike | None = None) 
         polished=polished,
         status=status,
     )
+
+
+#: When Clarabel fails on the ℓp-SVM other than by calling it infeasible (an exception, ``user_limit``,
+#: ``optimal_inaccurate``), it is re-posed on equilibrated rows only when the rows' exponents span at least this many
+#: binades (rows 2^16 ≈ 6.6e4 apart and more: measured, Clarabel hit ``user_limit`` at rows 2^28 apart and called
+#: rows 2^40 apart infeasible). Ordinary data of one scale have rows within a few binades: their failures keep
+#: Clarabel's own message. (The re-posed solve is sound at any spread: feasibility decided exactly, the answer
+#: polished and certified as any other; the threshold only decides when to try it.)
+LP_RETRY_SPREAD_BITS = 16
+
+
+class _FarRows(NamedTuple):
+    """The ℓp-SVM rows ``a_r = 2^{R_r}·rows_r`` (per-row mantissas), and their exponents' spread in binades."""
+
+    rows: FloatArray
+    R: Int64Array
+    spread: int
+
+
+def _far_rows(inst: Instance, alpha: NDArray[np.intp], pairs: NDArray[np.intp]) -> _FarRows:
+    """The rows ``z_i ⊗ (x_iα_i − x_it)`` of :func:`solve_lp_svm` (same order and ``vec``) as per-row mantissas
+    (:func:`attnsvm.peers._multitoken._rows`: rows any number of binades apart keep their digits)."""
+    from ._multitoken import _rows  # (a sibling module: imported here, not at the top, to keep the order)
+
+    rows, R, _ = _rows(inst.X, inst.z, [(int(i), int(alpha[i]), int(t)) for i, t in pairs])
+    live = R[np.any(rows != 0.0, axis=1)]
+    return _FarRows(rows, R, int(np.max(live) - np.min(live)) if live.size else 0)
+
+
+def _solve_far_apart(
+    far: _FarRows, alpha: NDArray[np.intp], pairs: NDArray[np.intp], p: float, verdict: str
+) -> tuple[FloatArray, int, FloatArray, FloatArray, str]:
+    """Clarabel failed on the ℓp-SVM (``verdict``): decide feasibility exactly, and if feasible solve it on
+    equilibrated rows.
+
+    Feasibility of ``{W : (x_iα_i − x_it)ᵀ W z_i ≥ 1}`` does not depend on the norm, so it is decided by the
+    certified ℓ2 min-norm solver on the same rows ``a_r = 2^{R_r}·rows_r`` (:func:`_far_rows`). Infeasible there
+    (a Farkas certificate): :class:`InfeasibleSVMError`. Feasible: Clarabel's failure was its tolerance (~1e-8
+    relative) on rows far apart in size. With ``W = 2^{−R₀}·w'`` (``R₀ = min R_r``) the constraints read
+
+        rows_r·w' ≥ b_r = 2^{R₀−R_r} ∈ (0, 1]     ⇔     A'_r·w' ≥ 1,   A'_r = 2^{R_r−R₀}·rows_r,
+
+    posed to Clarabel in the first form (unit rows; the far larger rows ask ``≥ ~0``), its multipliers ``y`` turned
+    into those of the second (``y_r·b_r``: ``y_r(rows_r·w' − b_r) = y_r b_r(A'_r·w' − 1)``), which the caller
+    polishes and certifies as any other answer. Returns ``(A', R₀, w', multipliers, status)``, i.e. what
+    :func:`solve_lp_svm` continues with (its rows ``A`` at scale ``2^{−E}``, ``E = R₀``).
+
+    Raises:
+      InfeasibleSVMError: the ℓ2 solver's Farkas certificate.
+      SolverError: feasible, but ``A'`` leaves float64 (rows over ~1000 binades apart) or Clarabel fails on the
+        equilibrated rows too; names the rows' spread in binades.
+    """
+    import cvxpy as cp
+
+    rows, R, spread = far
+    try:
+        solve_min_norm_rows_or_raise(rows, R, np.ones(len(rows)), pairs, f"ℓp-Att-SVM (p = {p})")
+    except InfeasibleSVMError as exc:
+        raise InfeasibleSVMError(
+            f"the ℓp-Att-SVM (p = {p}) is infeasible for alpha = {alpha.tolist()}: no W separates the "
+            "selected tokens with margin 1 (check for a token equal to the selected one or a zero query)"
+        ) from exc
+    R0 = int(np.min(R[np.any(rows != 0.0, axis=1)]))  # a zero row would have been infeasible
+
+    def far_apart(why: str) -> SolverError:
+        return SolverError(
+            f"Clarabel {verdict} for alpha = {alpha.tolist()}, but it is feasible "
+            "(the certified ℓ2 min-norm solver meets every constraint on the same rows, feasibility not depending "
+            f"on the norm): its constraint rows z_i ⊗ (x_iα_i − x_it) are about {spread} binades apart in size, "
+            f"and {why}. Bring the sequences' tokens and queries closer in size, or for p = 2 use "
+            "attnsvm.solve_svm (certified at any spread of the rows)."
+        )
+
+    with np.errstate(over="ignore"):
+        Ap = np.ldexp(rows, (R - R0)[:, None])
+    if not np.all(np.isfinite(Ap)):
+        raise far_apart("the largest, relative to the smallest, leave float64's range")
+    with np.errstate(under="ignore"):
+        b = np.ldexp(1.0, R0 - R)
+    w = cp.Variable(rows.shape[1])
+    cons = [rows @ w >= b]
+    prob = cp.Problem(cp.Minimize(cp.pnorm(w, p)), cons)  # type: ignore[arg-type]
+    try:
+        prob.solve(solver=cp.CLARABEL)
+    except cp.error.SolverError as exc:
+        raise far_apart(f"Clarabel failed on them equilibrated ({exc})") from exc
+    status = str(prob.status)
+    if status != "optimal" or w.value is None:
+        raise far_apart(f"Clarabel returned status {status!r} on them equilibrated")
+    y = np.asarray(cons[0].dual_value, dtype=np.float64).reshape(-1)
+    return Ap, R0, np.asarray(w.value, dtype=np.float64), y * b, status
 
 
 def _put_back_real(m: FloatArray, log2_scale: float, what: str) -> FloatArray:
@@ -617,6 +733,16 @@ def _check_engine_p(p: float) -> None:
 
 
 # ================================================================= mirror descent
+def _selected_tokens(Xq: FloatArray, zq: FloatArray, W: FloatArray) -> NDArray[np.intp]:
+    """``argmax_t x_itᵀ W z_i`` per sequence from per-sequence mantissas ``Xq``, ``zq`` and ``W``'s mantissa.
+
+    Power-of-two scaling is exact, so the logits are those of the data times ``2^{k_i}`` (one per sequence)
+    bit for bit, ties included, unless the data's own logits leave the range; a sequence whose logits are all
+    ``2^−1074`` below another's keeps its digits (a shared exponent flushed them to 0, argmax then 0).
+    """
+    return np.argmax(logits_of(Xq, zq, pow2_split(W)[0]), axis=1).astype(np.intp)
+
+
 class MirrorRecord(NamedTuple):
     """State at one recorded step: ``||W||_p``, risk, selected tokens, ``D_ψ(reference, W)``
     (NaN without a reference), ``log10||∇L||_F`` and a copy of ``W_t`` when iterates are kept."""
@@ -737,6 +863,11 @@ def run_mirror_descent(
     zs, ez = pow2_split(inst.z)
     As, ea = values_mantissa(inst.X, inst.v)
     sc = scaled_core(Xs, ex, zs, ez, As, ea, inst.Y, lo)
+    # The recorded tokens from each sequence's own power-of-two mantissas (argmax is invariant under a positive
+    # scale per sequence): the shared ones flushed the logits of a sequence ~2^−1074 below the largest to 0.
+    n, T, d = inst.shape
+    Xq = row_mantissas(inst.X.reshape(n, T * d))[0].reshape(n, T, d)
+    zq = row_mantissas(inst.z)[0]
     rec: list[MirrorRecord] = []
 
     def record(t: int) -> None:
@@ -753,7 +884,7 @@ def run_mirror_descent(
                     t,
                     lp_norm(W, p),
                     core_risk(sc, W, "the risk L(W)"),
-                    np.argmax(logits_of(Xs, zs, pow2_split(W)[0]), axis=1).astype(np.intp),
+                    _selected_tokens(Xq, zq, W),
                     bregman_divergence(ref, W, p) if ref is not None and np.any(W != 0) else math.nan,
                     lg,
                     np.array(W) if keep_iterates else None,

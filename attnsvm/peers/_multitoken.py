@@ -52,7 +52,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._types import FloatArray
 from .._validation import as_real_array, check_int, check_positive
-from ..errors import AttnSVMError, InvalidInstanceError, NumericalError, SolverError
+from ..errors import AttnSVMError, InfeasibleSVMError, InvalidInstanceError, NumericalError, SolverError
 from ..gd import direction_corr
 from ..model._attention import logits_of
 from ..model._grad import GradDirection
@@ -60,6 +60,7 @@ from ..model._instance import Instance, require_unmasked
 from ..model._losses import LossLike, get_loss
 from ..scaling import pow2_exponent, range_error
 from ..svm import CERTIFY_RTOL, KKTResiduals, MinNormSolution, solve_svm
+from ..svm._dual import _min_norm_rows
 from ._prompt import (
     ScaledCore,
     core_direction,
@@ -74,7 +75,6 @@ from ._prompt import (
     row_mantissas,
     scaled_core,
     scaled_log_softmax,
-    solve_min_norm_rows_or_raise,
     unresolved_support,
 )
 
@@ -438,6 +438,69 @@ def _rel(A: FloatArray, B: FloatArray) -> float:
     return float(np.linalg.norm(np.ldexp(A - B, -e))) / float(np.linalg.norm(np.ldexp(A, -e)))
 
 
+#: At most this many rows of a Farkas certificate are spelled out in an infeasibility message (the rest counted).
+_CERT_ROWS_SHOWN = 6
+
+
+def _solve_rows(
+    rows: FloatArray,
+    R: NDArray[np.int64],
+    b: FloatArray,
+    eq: NDArray[np.bool_],
+    trips: list[tuple[int, int, int]],
+    what: str,
+) -> tuple[MinNormSolution, int]:
+    """``min ½||w||² s.t. (2^{R_r}·rows_r)ᵀw ≥ b_r`` (``= b_r`` on ``eq``) by the certified solver on per-row
+    mantissas (:func:`attnsvm.svm._dual._min_norm_rows`: ``(sol, G)`` at the posed scale); an infeasible problem
+    raises :class:`InfeasibleSVMError` explained in the multi-token model's terms (:func:`_explain_infeasible`)."""
+    try:
+        return _min_norm_rows(rows, R, b, eq)
+    except InfeasibleSVMError as exc:
+        raise InfeasibleSVMError(_explain_infeasible(exc, trips, eq, what)) from exc
+
+
+def _explain_infeasible(
+    exc: InfeasibleSVMError, trips: list[tuple[int, int, int]], eq: NDArray[np.bool_], what: str
+) -> str:
+    """The multi-token reading of the min-norm solver's Farkas certificate ``exc`` (its rows ``r``, triples
+    ``(i, t, τ)`` of the rows ``z_i ⊗ (x_it − x_iτ)``): which equal-logit and margin constraints conflict.
+
+    The direction SVM asks ``(x_it − x_it₁)ᵀ W z_i = 0`` for the selected tokens ``t ∈ O_i`` (equal logits) and
+    ``(x_it₁ − x_iτ)ᵀ W z_i ≥ 1`` for the others ``τ ∉ O_i`` (a margin over them); it is infeasible e.g. when an
+    unselected token's difference lies in the span of the selected ones' (a token equal to a selected one, or on
+    the line through two of them: the equal logits force its logit to theirs). The finite part's equalities are met by ``W_gd`` itself, so
+    its infeasibility is floating point: nearly dependent rows whose right-hand sides disagree at rounding level.
+    """
+    cert = getattr(exc, "rows", np.zeros(0, dtype=np.intp))
+    items = []
+    for r in (int(x) for x in cert[:_CERT_ROWS_SHOWN]):
+        i, t, tau = trips[r]
+        items.append(
+            f"sequence {i}, tokens {t} and {tau} equal logits"
+            if eq[r]
+            else f"sequence {i}, selected token {t} over token {tau} by ≥ 1"
+        )
+    if len(cert) > _CERT_ROWS_SHOWN:
+        items.append(f"and {len(cert) - _CERT_ROWS_SHOWN} more")
+    which = f" The conflicting constraints (Farkas certificate): {'; '.join(items)}." if items else ""
+    if what.startswith("direction"):
+        return (
+            f"the {what} is infeasible: no W gives the selected tokens O_i of each sequence equal logits "
+            "((x_it − x_it₁)ᵀ W z_i = 0, t ∈ O_i) and a margin ≥ 1 over the other tokens "
+            f"((x_it₁ − x_iτ)ᵀ W z_i ≥ 1, τ ∉ O_i).{which} An unselected token's difference x_it₁ − x_iτ lies in "
+            "the span of the selected tokens' differences (e.g. a token equal to a selected one, or on the line "
+            "through two of them), so equal logits of the selected tokens force its logit to theirs: W_gd's "
+            "selected sets have no separating direction. Check the selection threshold or run GD longer so the "
+            f"sets settle. ({exc})"
+        )
+    return (
+        f"the {what} is infeasible in floating point: its equalities (x_it − x_it₁)ᵀ W z_i = "
+        "(x_it − x_it₁)ᵀ W_gd z_i (t ∈ O_i) are met by W_gd itself, so its rows z_i ⊗ (x_it − x_it₁) are "
+        f"numerically dependent and their right-hand sides disagree at rounding level.{which} Merge near-duplicate "
+        f"tokens or rescale the features. ({exc})"
+    )
+
+
 def _certified(
     sol: MinNormSolution,
     what: str,
@@ -538,7 +601,7 @@ def predict_multitoken(
         b = np.concatenate([np.zeros(len(rows_eq)), np.ones(len(rows_in))])
         eq = np.concatenate([np.ones(len(rows_eq), dtype=bool), np.zeros(len(rows_in), dtype=bool)])
         what = "direction SVM W_dir"
-        sol, G = solve_min_norm_rows_or_raise(rows, R_all, b, pairs, what, equality=eq)
+        sol, G = _solve_rows(rows, R_all, b, eq, eq_trip + ineq_trip, what)
         live = R_all[np.any(rows != 0.0, axis=1)]
         spread = int(np.max(live) - np.min(live)) if live.size else 0
         _certified(sol, what, unresolved_support(rows, R_all, b, sol, G), pairs, spread)
@@ -554,13 +617,8 @@ def predict_multitoken(
         # W_fin wrong at small gaps (0 below ~1e-17) and the system falsely infeasible.
         bf = rows_eq @ Ws.reshape(-1, order="F")
         what = "finite part W_fin"
-        solf, Gf = solve_min_norm_rows_or_raise(
-            rows_eq,
-            np.zeros(len(bf), dtype=np.int64),
-            bf,
-            pairs_eq,
-            what,
-            equality=np.ones(len(bf), dtype=bool),
+        solf, Gf = _solve_rows(
+            rows_eq, np.zeros(len(bf), dtype=np.int64), bf, np.ones(len(bf), dtype=bool), eq_trip, what
         )
         _certified(solf, what)
         with np.errstate(under="ignore"):  # the projection of Ws (||wf|| ≤ ||Ws||_F ≤ d): never overflows
