@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import mpmath
@@ -141,12 +142,16 @@ def sweep(
     base: Callable[[], Any],
     scaled: Callable[[], Any],
     parts: Callable[[Any], list[Any]],
-    shifts: list[float],
+    shifts: list[float | Fraction],
     *,
     rtol: float = EQUI_RTOL,
     entrywise: bool = False,
 ) -> None:
-    """Run both calls and check the equivariance ``parts(scaled()) = parts(base())·2^shifts``."""
+    """Run both calls and check the equivariance ``parts(scaled()) = parts(base())·2^shifts``.
+
+    A shift is exact (an integer, or a ``Fraction`` for a real exponent such as ``a·(p − 1)``): only an exact
+    integer shift is an exact power of two, so only then is the comparison exact (``a·(p − 1)`` may round to
+    an integer in float64 while the computed power is ``|W|^(p−1)`` with the float ``p − 1``)."""
     try:
         b = base()
     except AttnSVMError as exc:
@@ -159,7 +164,7 @@ def sweep(
             f"{name}: scale 1 raised {type(exc).__name__} ({exc}); the scaled call did not"
         ) from exc
     pb = [np.asarray(x, dtype=np.float64) for x in parts(b)]
-    status = [_status(x, s, entrywise) for x, s in zip(pb, shifts, strict=True)]
+    status = [_status(x, float(s), entrywise) for x, s in zip(pb, shifts, strict=True)]
     try:
         g = scaled()
     except NumericalError as exc:
@@ -169,12 +174,13 @@ def sweep(
         return
     assert all(s != "out" for s in status), f"{name}: returned a value where the answer is not a double"
     for x, s, y in zip(pb, shifts, parts(g), strict=True):
-        want = ld(x, s)
+        want = ld(x, float(s))
         y = np.asarray(y, dtype=np.float64)
         assert np.all(np.isfinite(y)), f"{name}: non-finite entries"
         scale = float(np.max(np.abs(want), initial=0.0))
         err = float(np.max(np.abs(y - want), initial=0.0))
-        tol = rtol + (0.0 if float(s).is_integer() else EXPONENT_ULPS * EPS * abs(s) * math.log(2))
+        exact = Fraction(s).denominator == 1
+        tol = rtol + (0.0 if exact else EXPONENT_ULPS * EPS * abs(float(s)) * math.log(2))
         assert err <= tol * scale + 2.0**-1074 * max(1, y.size), f"{name}: error {err:.3g} vs {scale:.3g}"
     event(f"{name}: returned" + (" (edge)" if "edge" in status else ""))
 
@@ -519,7 +525,7 @@ def test_mirror_map(W, p, data):
         lambda: M.mirror_map(W, p),
         lambda: M.mirror_map(ld(W, a), p),
         lambda U: [U],
-        [a * (p - 1)],
+        [Fraction(a) * (Fraction(p) - 1)],  # exact: p − 1 is a double for 1 ≤ p < 2^53
         entrywise=True,
     )
 
@@ -533,7 +539,7 @@ def test_inverse_mirror_map(U, p, data):
         lambda: M.inverse_mirror_map(U, p),
         lambda: M.inverse_mirror_map(ld(U, a), p),
         lambda W: [W],
-        [a / (p - 1)],
+        [Fraction(a) / (Fraction(p) - 1)],
         entrywise=True,
     )
 
@@ -710,17 +716,42 @@ def test_selected_sets(case, data):
     )
 
 
+_MT_GD_TALLY = Tally()
+
+
+@bounded_discards(_MT_GD_TALLY)
 @settings(max_examples=25)
 @given(mt_cases(), st.data())
 def test_run_multitoken_gd(case, data):
-    """Five plain steps on (2^a X, 2^a z, 2^−a V) with lr·2^−4a give 2^−2a W_t (∇ scales by 2^2a)."""
+    """Five plain steps on (2^a X, 2^a z, 2^−a V) with lr·2^−4a give 2^−2a W_t (∇ scales by 2^2a).
+
+    The claim is about ``W_t``; plain GD also refuses, by the contract, a gradient outside float64's range,
+    and the gradient scales by ``2^2a`` while ``W_t`` scales by ``2^−2a``: where the gradient leaves the range
+    at one of the two scales (e.g. ~1e-308 on data with tiny entries) the two runs need not agree on a
+    refusal. Such draws are set aside, counted and bounded, the refusal asserted to name the gradient's range."""
     inst, _, V = case
     rV = S.exponent_range(V)
     a = free(data.draw, np.concatenate([inst.X.ravel(), inst.z.ravel()]), max(-rV[1], -250), min(-rV[0], 250))
+    _MT_GD_TALLY.run += 1
+
+    def base() -> Any:
+        return MT.run_multitoken_gd(inst, V, 5, 1.0, record_at=[5])
+
+    def scaled() -> Any:
+        return MT.run_multitoken_gd(S.scaled(inst, a, a, 0), ld(V, -a), 5, 2.0 ** (-4 * a), record_at=[5])
+
+    for call in (base, scaled):
+        try:
+            call()
+        except NumericalError as exc:
+            if "multi-token gradient ∇L(W)" in str(exc):
+                assert RANGE_MESSAGE in str(exc), exc
+                _MT_GD_TALLY.discard("the plain gradient leaves float64's range at one of the two scales")
+                return
     sweep(
         "run_multitoken_gd",
-        lambda: MT.run_multitoken_gd(inst, V, 5, 1.0, record_at=[5]),
-        lambda: MT.run_multitoken_gd(S.scaled(inst, a, a, 0), ld(V, -a), 5, 2.0 ** (-4 * a), record_at=[5]),
+        base,
+        scaled,
         lambda tr: [tr.W, np.array([tr.record[-1].risk])],
         [-2 * a, 0],
         rtol=ENGINE_RTOL,
