@@ -537,3 +537,150 @@ def test_rounded_band_is_rare() -> None:
     if _rounded["all"] == 0:
         pytest.skip("selected alone: no property examples ran in this session to bound")
     assert not too_many_discards(_rounded["n"], _rounded["all"], MAX_ROUNDED_FRACTION), _rounded
+
+
+# ------------------------------- the batched engine on data spanning the range within one sequence
+#: Binary exponents of the spread data: each entry of the two keys, the query and v is ±[1/2, 1)·2^k with
+#: k ∈ [SPREAD_EXPONENT, 0] on its own (or 0), so one sequence holds entries from 2^−1001 to 1 side by side.
+SPREAD_EXPONENT = -1000
+#: The single form's allowance for values whose products underflow (attnsvm.model._grad's
+#: VALUE_UNDERFLOW_ALLOWANCE = 2^−1020 in a pair's units, ≤ 4·max|x|·max|v|): 2^−1016 of max|x|·max|v|.
+SPREAD_UNDERFLOW = 2.0**-1016
+#: Roundings per computed quantity after the dot products (exp, log, division, the sums of the direction):
+#: 16 leaves a factor ~2 over the count of the single form's docstring (as properties/test_scale_core.py).
+SPREAD_ULPS = 16.0
+#: Spacing of subnormal doubles: the absolute error of an entry of the direction rounded below FLOAT_TINY.
+SUBNORMAL_ULP = 2.0**-1074
+_EPS = float(np.finfo(np.float64).eps)
+
+
+@st.composite
+def spread_batches(draw: Any) -> tuple[list[Instance], np.ndarray, str]:
+    """1 to 3 instances of one sequence of two keys (``n = 1``, ``T = 2``, one ``d``) whose entries, query and
+    values each span the range (:data:`SPREAD_EXPONENT`; the largest of each in [1/2, 1)), each at its own ``W = 2^kw·W0`` (``kw`` moderate or
+    up to saturation: logit gaps to 1e300), and a loss. Shrinks towards exponents 0 and ``kw = 0``."""
+    d = draw(st.integers(1, 3))
+    # ±[1/2, 1), or 0 one time in 16 (a zero key, query or v gives ∇L = 0: drawn, but not too often)
+    mant = st.tuples(
+        st.floats(0.5, 1.0, exclude_max=True), st.sampled_from([1.0, -1.0]), st.integers(0, 15)
+    ).map(lambda t: t[0] * t[1] if t[2] < 15 else 0.0)
+
+    def vec() -> np.ndarray:
+        ms = draw(st.lists(mant, min_size=d, max_size=d))
+        # any exponent, or one of the ends and the middle (ties of tiny values, products far below the range)
+        ends = st.sampled_from([0, SPREAD_EXPONENT // 2, SPREAD_EXPONENT])
+        es = draw(st.lists(st.one_of(st.integers(SPREAD_EXPONENT, 0), ends), min_size=d, max_size=d))
+        return np.ldexp(np.array(ms, dtype=float), np.array(es))
+
+    def unit(a: np.ndarray) -> np.ndarray:
+        # largest entry in [1/2, 1) (exact): the spread is within the sequence, as the engines see it after
+        # their own rescaling (an instance whose values are all below the normal range is refused by run_gd)
+        m = float(np.max(np.abs(a)))
+        return np.ldexp(a, -math.frexp(m)[1]) if m > 0 else a
+
+    insts, Ws = [], []
+    for _ in range(draw(st.integers(1, 3))):
+        X = unit(np.stack([vec(), vec()])[None])
+        Y = np.array([draw(st.sampled_from([1.0, -1.0]))])
+        insts.append(Instance(X, Y, unit(vec()), unit(vec())[None]))
+        W0 = draw(S.weight_matrices(d, scale=(1e-2, 1e2)))
+        kw = draw(st.one_of(st.integers(-8, 8), st.integers(0, 1000)))
+        lo, hi = S.exponent_range(W0)
+        Ws.append(np.ldexp(W0, min(max(kw, lo), hi)))
+    return insts, np.stack(Ws), draw(st.sampled_from(["logistic", "exponential", "correlation"]))
+
+
+def _exact_direction(inst: Instance) -> tuple[np.ndarray | None, float]:
+    """One sequence of two keys: ∇L = ℓ'Y s_1 s_2 (a_1 − a_2)(x_1 − x_2)zᵀ (ℓ' < 0 for the three losses), so
+    the direction is −Y·sign(a_1 − a_2)·(x_1 − x_2)zᵀ/||·|| whatever the weights, ℓ' and the logits' rounding
+    (a_1 − a_2 in rational arithmetic, the rest in 400-digit mpmath); ``(None, inf)`` where ∇L = 0. Also the
+    bound the single form documents for it: the cancellation of the key difference (``spread``) and the
+    values' rounding, underflow included (``vr``), times SPREAD_ULPS roundings, plus subnormal spacing."""
+    from fractions import Fraction
+
+    import mpmath
+
+    x1, x2, z, v = inst.X[0, 0], inst.X[0, 1], inst.z[0], inst.v
+    d = inst.d
+
+    def exact_value(x: np.ndarray) -> Fraction:
+        return sum((Fraction(float(a)) * Fraction(float(b)) for a, b in zip(x, v, strict=True)), Fraction(0))
+
+    da = exact_value(x1) - exact_value(x2)
+    with mpmath.workdps(400):
+        mp = mpmath.mpf
+        dx = [mp(float(a)) - mp(float(b)) for a, b in zip(x1, x2, strict=True)]
+        D = [[dx[k] * mp(float(z[j])) for j in range(d)] for k in range(d)]
+        nD = mpmath.sqrt(mpmath.fsum(c * c for row in D for c in row))
+        if da == 0 or nD == 0:
+            return None, math.inf
+        sign = -float(inst.Y[0]) * (1 if da > 0 else -1)
+        direction = np.array([[float(sign * c / nD) for c in row] for row in D])
+        amag = [
+            mpmath.fsum(abs(mp(float(a)) * mp(float(b))) for a, b in zip(x, v, strict=True)) for x in (x1, x2)
+        ]
+        xn = [mpmath.sqrt(mpmath.fsum(mp(float(c)) ** 2 for c in x)) for x in (x1, x2)]
+        spread = (xn[0] + xn[1]) / mpmath.sqrt(mpmath.fsum(c * c for c in dx))
+        under = SPREAD_UNDERFLOW * mp(float(np.max(np.abs(inst.X)))) * mp(float(np.max(np.abs(v))))
+        vr = d * _EPS * (amag[0] + amag[1] + under) / abs(mp(da.numerator) / da.denominator)
+        rel = 2 * ((4 + d) * SPREAD_ULPS * _EPS * spread + SPREAD_ULPS * vr * spread) + d * SUBNORMAL_ULP
+    return direction, float(rel)
+
+
+_SPREAD = Tally()
+
+
+@bounded_discards(_SPREAD)
+@given(spread_batches(), st.sampled_from(["auto", "log"]))
+def test_batched_engine_on_data_spanning_the_range_within_a_sequence(
+    case: tuple[list[Instance], np.ndarray, str], path: str
+) -> None:
+    """The batched engine (both paths) on a batch of single sequences of two keys whose entries, query and
+    values span the range, at moderate or saturating ``W``: each instance's direction is the exact one
+    (:func:`_exact_direction`, an exact construction independent of the weights) to the single form's
+    documented bound, and an instance is refused exactly where the single form refuses it (the refusal's
+    oracle; run_gd_batch refuses where run_gd does). The engine's shared scales had dropped values of 5e-378
+    next to 1e-150 and terms of 1e-323 (directions 2 off, NaN returned unflagged, clear gradients refused)."""
+    import torch
+
+    from attnsvm import BatchEngine, normalized_risk_grad
+
+    _SPREAD.run += 1
+    insts, W, loss = case
+    try:
+        eng = BatchEngine.from_instances(insts, loss=loss, path=path)
+    except NumericalError:
+        # the token values vᵀx are not normal doubles in the instance's scale: run_gd refuses it alike
+        _SPREAD.discard("refused at construction, as run_gd (token values not normal doubles)")
+        return
+    refused = []
+    for b, inst in enumerate(insts):
+        try:
+            normalized_risk_grad(inst, W[b], loss=loss)
+            refused.append(False)
+        except NumericalError:
+            refused.append(True)
+    try:
+        G, inv, log_norm, cancelled = eng.gradient(eng.to_engine_scale(torch.as_tensor(W).clone()))
+    except NumericalError as exc:
+        event("the engine raised the single form's refusal of an instance")
+        assert any(refused), exc
+        return
+    k = eng.scale_exponents
+    worst = 0.0
+    for b, inst in enumerate(insts):
+        flagged = (cancelled is not None and bool(cancelled[b])) or (
+            eng.undetermined is not None and bool(eng.undetermined[b])
+        )
+        event(f"single form {'refuses' if refused[b] else 'returns'}")
+        assert flagged == refused[b], (b, flagged, refused[b])
+        if flagged:
+            continue
+        direction, rel = _exact_direction(inst)
+        assert direction is not None, "returned a direction for a zero gradient"
+        got = (G[b] * inv[b]).numpy()
+        err = float(np.linalg.norm(got - direction))
+        worst = max(worst, err / rel)
+        assert err <= rel, (b, err, rel)
+        assert math.isfinite(float(log_norm[b]) + float(k[b]) * math.log(2.0))
+    target(worst, label="direction error / bound")

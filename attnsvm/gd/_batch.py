@@ -34,7 +34,7 @@ from ..scaling import (
 from ._metrics import _fro, direction_corr, direction_gap
 from ._scaled import _LN2, _TINY, _check_iterate, _logit_bound, _rescale, _to_logit_scale
 from ._single import _loss_name, record_steps
-from ._torch_engine import BatchEngine
+from ._torch_engine import BatchEngine, _InstanceRefusal
 
 
 # ===================================================================== batched engine
@@ -191,8 +191,10 @@ def run_gd_batch(
     Scale: as :func:`run_gd` (each instance rescaled by its own powers of two; the same errors, per
     instance, at record steps and where a step fails); an instance whose sequences differ wildly in size
     (keys or query below 2^−64, or terms ``a·x zᵀ`` beyond 2^±800) runs the log-domain path on each
-    sequence scaled by its own powers of two, as the single form does (``BatchEngine._init_mixed``); agrees
-    with :func:`run_gd` to ~1e-8 relative
+    sequence scaled by its own powers of two, as the single form does (``BatchEngine._init_mixed``); one whose
+    data span the range within one sequence (a key or an entry of ``v`` 2^−511 below its sequence's largest),
+    or whose gradient sum falls below 2^−1000 in the engine's units at a step, takes the single form itself
+    for that instance (``BatchEngine._init_spread``); agrees with :func:`run_gd` to ~1e-8 relative
     (measured ≤ 1e-13) at every scale where float64 determines the direction (the rounding of the
     values and logits moves it by less than 1e-11), and refuses where :func:`run_gd` does.
 
@@ -277,7 +279,12 @@ def run_gd_batch(
     W = W.clone()  # the iterate, updated in place (W0 stays untouched)
     for t in range(0, steps + 1):
         if t < steps or t in rec_set:
-            parts = eng.gradient(logit_scale(W))  # at W_t: direction G·inv, log||∇_{W'} L(W'_t)||
+            try:
+                parts = eng.gradient(logit_scale(W))  # at W_t: direction G·inv, log||∇_{W'} L(W'_t)||
+            except _InstanceRefusal as exc:  # the single form's refusal of an instance it computed
+                check_logits(W, t)
+                kind = "normalized" if normalized else "plain"
+                raise NumericalError(f"{kind} GD at step {t}: instance {exc.instance}: {exc.cause}") from exc
             log_norm1 = parts[2]  # of the rescaled problem: scale-free (saturation test)
             log_norm = log_norm1 + k_shift  # log||∇L(W_t)|| = log||∇_{W'}L|| + k log 2
             cancelled = parts[3]

@@ -8,6 +8,7 @@ instance), with token masks (different masks per instance, masked and unmasked m
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,15 +20,28 @@ from .._types import FloatArray
 from ..errors import AttnSVMError, InvalidInstanceError, NumericalError, unknown_name
 from ..model._grad import (
     CANCELLATION_FACTOR,
+    CANCELLED_MESSAGE,
+    DATA_SPLIT_BELOW,
     NEGLIGIBLE_LOG,
+    normalized_risk_grad_of,
 )
-from ..model._instance import Instance
+from ..model._instance import Instance, split_rows
 from ..model._losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
 from ..scaling import (
     EPS as _EPS,
 )
 from ._scaled import _LN2, _TINY, _pow2_factors
 from ._stack import _stack_instances, _torch_device
+
+
+class _InstanceRefusal(NumericalError):
+    """The single form's refusal of instance ``instance`` of a batch (:meth:`BatchEngine._spread_parts`):
+    ``"instance b: <the single form's message>"``; ``cause`` is the single form's error."""
+
+    def __init__(self, instance: int, cause: NumericalError) -> None:
+        super().__init__(f"instance {instance}: {cause}")
+        self.instance = instance
+        self.cause = cause
 
 
 class BatchEngine:
@@ -55,7 +69,14 @@ class BatchEngine:
       could contribute;
     * the log-domain path (:meth:`_direction_log`), exact at any ``||W||``: ``w_it = −sign(ℓ'_i) A_i c_it``
       with ``A_i = |ℓ'_i| e^{m_i}`` (the factor that underflows) kept as a logarithm and each instance's
-      largest factored out before it is exponentiated.
+      largest factored out before it is exponentiated (by parts beyond ``LOG_WEIGHT_SPLIT``: the O(1)
+      parts of the logs are not added to log weights of size 1e14 and rounded away).
+
+    Data spanning the range within one sequence (a key or an entry of ``v`` ``2^−511`` below its sequence's
+    largest, values whose products leave the normal range: :meth:`_init_spread`), and an instance whose
+    gradient sum comes out below ``G_TINY`` (terms that matter may have underflowed), take the single form,
+    :func:`attnsvm.model._grad.normalized_risk_grad_of`, for that instance (:meth:`_spread_parts`): the
+    engine's shared scales cannot hold a value of 5.5e-378 next to one of 1e-150, nor a term of 1e-323.
 
     ``path="auto"`` (``fast=True``) tries the fast path and recomputes by the log-domain path the instances
     it cannot certify; once more than ``LOG_FRACTION`` of the batch needed that, the next calls use the
@@ -277,6 +298,11 @@ class BatchEngine:
         self._v = np.array(v, dtype=np.float64)  # (B, d), for engine_instance
         self._set_scale(np.zeros(B, dtype=np.int64))  # stacked data as given: no rescaling
         self._last_log: Any = None  # the last call's log-domain instances (see log_path)
+        self._init_spread(np.asarray(X, dtype=np.float64), np.asarray(v, dtype=np.float64))
+        # the fast path's log||G|| − log n below which its G is below G_TINY (see _parts_engine)
+        self._log_g_tiny = math.log(self.G_TINY) - self.log_n
+        self._under: list[int] = []  # instances whose G came out below G_TINY at this call
+        self._last_core: list[int] = []  # instances that took the single form at the last call
 
     #: The values of ``path`` (:meth:`from_instances`): "auto" (fast path where it is exact, log-domain
     #: path elsewhere) and "log" (log-domain path everywhere).
@@ -394,6 +420,7 @@ class BatchEngine:
         out = np.full(self.B, last is True)
         if not isinstance(last, bool):
             out[last.cpu().numpy()] = True  # the log-domain subset of a mixed call
+        out[self._last_core] = True  # the single form's log-domain direction (see _spread_parts)
         return out
 
     #: Mixed-magnitude data (see :meth:`_init_mixed`): a live sequence whose keys or query have their
@@ -478,6 +505,129 @@ class BatchEngine:
         self._live_bn = torch.where(mb, live_t, self._xz_max > 0)
         self._live = self._live_bn.to(torch.float64)
         self._any_dead = not bool(self._live_bn.all())
+
+    #: Log weights (``log s``, ``|l_r|`` for the selected logit) beyond this are combined with the O(1) parts
+    #: of the log-domain path by parts (logit differences first, then the O(1) logs; across sequences
+    #: ``(m_i − m_j) + (log|ℓ'_i| − log|ℓ'_j|)``), as the single form does (``grad.LOG_WEIGHT_SPLIT``): below it
+    #: a plain sum keeps the O(1) part to ``2^11·eps`` ≈ 5e-13 relative (the form of ordinary data, bit for bit
+    #: as before), above it a sum with a log of size 1e14 rounded it to ±0.02.
+    LOG_WEIGHT_SPLIT = 2.0**11
+
+    #: A gradient sum ``G`` below this (the fast path's ``Σ w x zᵀ``, the log-domain path's ``G`` in the
+    #: units of its largest ``A``) may have lost terms that matter to underflow: its terms are products of
+    #: normal factors (a value difference, a key, a query, a weight) that can each be far below 1, and
+    #: above it the largest term is ≥ 2^−1000/(nTd) while a product that underflows errs by ≤ 2^−1075
+    #: absolutely (≤ nTd·2^−75 of ``||G||`` in all, far below the 1e-8 the engine is held to). Such an
+    #: instance takes the single form at that call (:meth:`_spread_parts`); ordinary data never come near.
+    G_TINY = 2.0**-1000
+
+    #: A product ``x_itk·v_k`` of the data as the engine holds them (an instance that is not mixed) is a
+    #: normal double when the frexp exponents of its factors sum to at least this (``|x| ≥ 2^(ex−1)``,
+    #: ``|v| ≥ 2^(ev−1)``: the product is ``≥ 2^(ex+ev−2) ≥ 2^−1022``).
+    VALUE_EXPONENT_MIN = -1020
+
+    def _init_spread(self, X: FloatArray, v: FloatArray) -> None:
+        """Mark the instances whose data span the range within one sequence; they take the single form.
+
+        The engine forms each token value ``a_it = x_itᵀv`` in one scale per instance (per sequence on mixed
+        data, :meth:`_init_mixed`). A key entry ``2^−511`` below its sequence's largest, or an entry of
+        ``v`` ``2^−511`` below ``v``'s largest, makes products ``x_itk v_k`` underflow there: a value comes
+        out 0 or a subnormal with few digits, while ``∇L`` may depend on it alone (two tied maximisers with
+        values 0 and 5.5e-378: the engine took them for exact copies, dropped the term of size ~1e-606 that
+        dominates ``∇L`` and returned the runner-up's ``e^{−7e26}`` instead, a direction 2 off). The single
+        form rescales each token on its own and keeps each term's exponent apart from its O(1) parts
+        (:func:`attnsvm.model._grad._split_parts`). Such an instance ("spread": the single form's own split
+        criterion on its data, ``DATA_SPLIT_BELOW``, or, on an instance that is not mixed, a token whose
+        every product ``x_itk v_k`` in the engine's units is below the normal range, ``VALUE_EXPONENT_MIN``)
+        takes its direction, ``log||∇L||`` and refusals from
+        :func:`attnsvm.model._grad.normalized_risk_grad_of` at every call (:meth:`_spread_parts`); the
+        other instances of its batch run the engine as before (an instance whose ``G`` comes out below
+        :data:`G_TINY` takes the single form at that call only, :meth:`_parts`).
+        """
+        B, n, T, d = X.shape
+        xs, _ = split_rows(X.reshape(B * n, T, d), 1)  # each sequence's keys, largest entry in [½, 1)
+        xa = np.abs(xs).reshape(B, -1)
+        va = np.abs(split_rows(v, 1)[0])  # each instance's v, largest entry in [½, 1) (as pow2_split)
+        spread = np.any((xa > 0) & (xa < DATA_SPLIT_BELOW), axis=1) | np.any(
+            (va > 0) & (va < DATA_SPLIT_BELOW), axis=1
+        )
+        # the values as the engine forms them (instances that are not mixed: X and v as held), per token:
+        # the largest product's exponent bound; smaller products lose ≤ 2^−1075 each, within d·eps·m
+        with np.errstate(divide="ignore"):
+            ex = np.where(X != 0, np.frexp(X)[1], -(1 << 20)).astype(np.int64)  # (B, n, T, d)
+            ev = np.where(v != 0, np.frexp(v)[1], -(1 << 20)).astype(np.int64)  # (B, d)
+        top = np.max(ex + ev[:, None, None, :], axis=3)  # (B, n, T); ≤ −2^20 for a token without a product
+        low = np.any((top > -(1 << 19)) & (top < self.VALUE_EXPONENT_MIN), axis=(1, 2))
+        if self._mixed is not None:
+            low &= ~self._mixed.cpu().numpy()
+        spread |= low
+        self._spread: Any | None = None
+        self._spread_idx: list[int] = [int(b) for b in np.flatnonzero(spread)]
+        #: the engine's arrays of an instance that took the single form (masked keys zeroed), and its mask
+        self._core_data: dict[int, tuple[FloatArray, FloatArray, FloatArray, FloatArray, Any]] = {}
+        if self._spread_idx:
+            self._spread = self.torch.as_tensor(spread, device=self.Xt.device)
+
+    def _core_arrays(self, b: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, Any]:
+        """``(X', Y, z', v', mask)`` of instance ``b`` as the engine holds it, NumPy (kept once formed)."""
+        if b not in self._core_data:
+            X = self.Xt[:, :, b].permute(2, 0, 1).cpu().numpy()  # (n, T, d)
+            mask = None
+            if self._allowed is not None:
+                allowed = self._allowed[:, b].T.cpu().numpy()
+                mask = None if allowed.all() else np.ascontiguousarray(allowed)
+            z, Y = self.zB[b].cpu().numpy(), self.Y[b].cpu().numpy()
+            self._core_data[b] = (np.ascontiguousarray(X), Y, z, self._v[b], mask)
+        return self._core_data[b]
+
+    _UNDETERMINED = re.compile(r"the output f_(\d+) = .*? known only to ±(\S+) \(values")
+
+    def _spread_parts(
+        self, W: Any, core: list[int], G: Any, inv: Any, log_norm: Any, cancelled: Any | None
+    ) -> tuple[Any, Any, Any, Any]:
+        """:meth:`_parts` with the entries of the instances ``core`` (the spread ones, :meth:`_init_spread`,
+        and those whose ``G`` came out below :data:`G_TINY` at this call) replaced by the single
+        form's: ``normalized_risk_grad_of`` on the instance as the engine holds it at ``W'_b`` (direction,
+        ``inv = 1``, ``log||∇_{W'} L||``). Its refusals become the engine's: cancelled, or an exactly zero
+        gradient (``cancelled``, ``G = 0``, ``log_norm = −inf``: no plain step), an undetermined ``ℓ'``
+        (:attr:`undetermined`); any other (a gradient below every double, an output beyond float64) is
+        raised as :class:`~attnsvm.NumericalError` naming the instance."""
+        torch = self.torch
+        if cancelled is None:
+            cancelled = torch.zeros(self.B, dtype=torch.bool, device=G.device)
+        Wn = W.index_select(0, torch.as_tensor(core, device=W.device)).cpu().numpy()
+        und = torch.zeros(self.B, dtype=torch.bool, device=G.device)
+        if self.undetermined is not None:
+            und |= self.undetermined
+        for j, b in enumerate(core):
+            if not np.all(np.isfinite(Wn[j])):
+                continue  # a diverged iterate: the engine's NaN stands (run_gd_batch reports the divergence)
+            X, Y, z, v, mask = self._core_arrays(b)
+            und[b] = False
+            self.undetermined_detail.pop(b, None)
+            try:
+                gd = normalized_risk_grad_of(X, Y, z, v, Wn[j], self.lo, mask=mask)
+            except NumericalError as exc:
+                msg = str(exc)
+                found = self._UNDETERMINED.search(msg)
+                if found is not None:
+                    und[b] = True
+                    self.undetermined_detail[b] = (int(found.group(1)), float(found.group(2)))
+                elif msg == CANCELLED_MESSAGE or msg.startswith("the risk gradient is exactly zero"):
+                    G[b] = 0.0
+                    inv[b] = 1.0
+                    log_norm[b] = -math.inf
+                    cancelled[b] = True
+                    continue
+                else:
+                    raise _InstanceRefusal(b, exc) from exc
+            else:
+                G[b] = torch.as_tensor(gd.direction, dtype=G.dtype, device=G.device)
+                inv[b] = 1.0
+                log_norm[b] = gd.log_norm
+                cancelled[b] = False
+        self.undetermined = und if bool(und.any()) else None
+        return G, inv, log_norm, cancelled
 
     #: Rows whose largest entry is below this have their norm formed from the row scaled by a power of
     #: two: their squares (≤ 1e-300) would lose digits or underflow (the norm of a larger row is exact).
@@ -809,23 +959,48 @@ class BatchEngine:
         # e^{−lse} at r). Each c is O(Δ) or negligible (an E_u that underflows is below 1e-300 of the
         # runner-up's and of the rounding of the sum it enters).
         log_a = log_l + m
+        p_a = log_l  # log A_i without the log weight m_i: its O(1) parts (see the split below)
         wsc = torch.sub(em * psi, delta, out=delta).mul_(E)  # E (e^{m} ψ − δ), 0 on Z (E = 0 there)
         if single:
             wsc.scatter_(0, r0, (torch.exp(-lse) * psi).unsqueeze(0))  # s_r ψ
         else:
             s_z = torch.exp(l - (lr + lse).unsqueeze(0))  # s_t, needed on Z only
+            big_l = lr.abs() > self.LOG_WEIGHT_SPLIT
+            if bool(big_l.any()):
+                # (l_t − l_r) − lse: the logit difference first (0 on Z), then the O(1) lse; l_t − (l_r + lse)
+                # rounded lse to ulp(l_r) (1e-9 at logits of 4e6: a direction 1.4e-10 off)
+                s_split = torch.exp((l - lr.unsqueeze(0)).sub_(lse.unsqueeze(0)))
+                s_z = torch.where(big_l.unsqueeze(0), s_split, s_z)
             wsc = torch.where(in_z, s_z.mul_(psi), wsc)
         if mixed:
             # each sequence's data scale 2^(kg + kx + kz) (0 off the mixed instances), and the size of its
             # largest term c'·||x'|| ||z'|| (a sequence's weight may sit on tokens far smaller than its
             # largest): the largest term, not the largest A, is factored out, so no term that matters
             # underflows. c' is scaled by 2^−k (k ≥ −MIXED_UP: c'·2^−k stays finite), log A raised by k ln 2.
-            log_a = log_a + sigma + self._term_scale_(wsc, xz, on)
+            ts = self._term_scale_(wsc, xz, on)
+            log_a = log_a + sigma + ts
+            p_a = p_a + sigma + ts
         if self._any_dead:  # dead sequences (z_i = 0) do not set the scale (see __init__)
             log_a = torch.where(live if mixed else xz_max > 0, log_a, -math.inf)
         top = log_a.amax(dim=-1)  # (B,)
         top_safe = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
         fac = torch.exp(log_a - top_safe.unsqueeze(-1))  # (B, n), ≤ 1
+        # |log|ℓ'_i|| + |m_i| beyond LOG_WEIGHT_SPLIT (finite: a sequence without a term, m = −inf, has none)
+        size = log_l.abs().sub_(m).nan_to_num_(posinf=0.0)  # (B, n)
+        if float(size.amax()) > self.LOG_WEIGHT_SPLIT:
+            big = size > self.LOG_WEIGHT_SPLIT
+            # those instances only: log A_i − top by parts. The plain sum log|ℓ'_i| + m_i rounds the O(1)
+            # part to the ulp of the larger: two sequences sharing a log weight of −7e13 (the same logits)
+            # kept their relative size only to e^{±0.02}, and where their terms nearly cancel the direction
+            # came out 1.2 off. Here (m_i − m_j) + (p_i − p_j) around a largest sequence j (differences of
+            # log weights: exact where they are equal, else the logits' own rounding), then the largest of
+            # these subtracted (j was chosen on rounded sums), so the top sequence's factor is 1.
+            j = log_a.argmax(dim=-1, keepdim=True)
+            rel = (m - m.gather(-1, j)).add_(p_a - p_a.gather(-1, j))
+            rel = torch.where(torch.isfinite(log_a), rel, -math.inf)
+            top_rel = rel.amax(dim=-1, keepdim=True)
+            rel.sub_(torch.where(torch.isfinite(top_rel), top_rel, 0.0))
+            fac = torch.where(big.any(dim=-1, keepdim=True), rel.exp_(), fac)  # ≤ 1
         if sign_l is not None:
             fac.mul_(-sign_l)  # the minus sign is sign(ℓ') = −1 of a decreasing loss
         wsc.mul_(fac)
@@ -834,7 +1009,21 @@ class BatchEngine:
         # and read as a cancellation. Scale G by 2^−e with max|G| = m·2^e first (exact), and the
         # rounding level with it; e = 0 where G = 0.
         # (max|G| as max(max G, −min G): the same number, without a temporary of G's size)
-        e = torch.frexp(torch.maximum(G.amax(dim=(1, 2)), G.amin(dim=(1, 2)).neg_())).exponent
+        gmax = torch.maximum(G.amax(dim=(1, 2)), G.amin(dim=(1, 2)).neg_())
+        e = torch.frexp(gmax).exponent
+        # G below G_TINY in these units (its largest term ~ c·||x|| ||z|| of the largest A, ≤ 1 elsewhere),
+        # or 0, or NaN: terms that matter may have underflowed (a value of 1e-182 times a key of 1e-142):
+        # the single form decides (see _parts)
+        if not float(gmax.amin()) >= self.G_TINY:  # (NaN: not ≥)
+            under = ~(gmax >= self.G_TINY)
+            # ... unless every weight is exactly 0 (every token of every sequence scores alike, or ℓ' = 0):
+            # ∇L = 0 exactly, as the single form finds too (NaN weights do not compare equal to 0)
+            under &= ~(wsc.abs().amax(dim=2).amax(dim=0) == 0)
+            # ... or a loss derivative beyond float64 (log|ℓ'| = +inf, a custom loss): the engine's non-finite
+            # gradient stands, refused as such (run_gd_batch: "exactly zero or not finite")
+            under &= ~torch.isposinf(log_l).any(dim=-1)
+            u = torch.nonzero(under).squeeze(1)
+            self._under.extend((u if idx is None else idx[u]).tolist())
         G.mul_(torch.ldexp(torch.ones_like(top), -e).view(B, 1, 1))
         nrm = torch.linalg.vector_norm(G.view(B, -1), dim=1)
         # below the rounding level of its own sum (scaled as G): noise, not a direction; G's units are
@@ -958,7 +1147,9 @@ class BatchEngine:
             log_n = torch.logsumexp(terms.masked_fill(~(diff < 0), -math.inf), dim=1)
             hi, lo = torch.maximum(log_p, log_n), torch.minimum(log_p, log_n)
             log_c = torch.where(torch.isneginf(hi), hi, hi + torch.log1p(-torch.exp(lo - hi)))
-            log_c = torch.nan_to_num(log_c, nan=-math.inf)
+            # NaN (−inf − −inf: c = 0 exactly) is −inf; so stays −inf (nan_to_num's default would turn it into
+            # −1.8e308, a finite size: a sequence without a term taken for live, and refused as undetermined)
+            log_c = torch.nan_to_num(log_c, nan=-math.inf, neginf=-math.inf)
             _, log_l = self._signed_log_dl(u)
             size = (log_l.unsqueeze(0) + log_s + log_c + log_xz).amax(dim=0)  # (k, n)
         live = torch.isfinite(size)
@@ -978,6 +1169,21 @@ class BatchEngine:
 
     def _parts(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
         """``(G, inv, log_norm, cancelled)``: the direction of ``∇L(W_b)`` is ``G_b·inv_b`` (``G`` a reused buffer).
+
+        The engine's paths (:meth:`_parts_engine`) for every instance, then the single form's direction for
+        the instances whose data span the range within one sequence (:meth:`_init_spread`) and those whose
+        ``G`` came out below :data:`G_TINY` at this call, where terms that matter may have underflowed
+        (:meth:`_spread_parts`; none on ordinary data, which run the engine alone, bit for bit)."""
+        self._under = []
+        parts = self._parts_engine(W)
+        core = self._spread_idx if not self._under else sorted(set(self._spread_idx).union(self._under))
+        self._last_core = core
+        if core:
+            return self._spread_parts(W, core, *parts)
+        return parts
+
+    def _parts_engine(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
+        """:meth:`_parts` by the engine's own paths (the spread instances' entries are overwritten after).
 
         The linear-domain fast path (:meth:`_direction_fast`) is tried first; the instances it
         cannot certify (a weight that matters left the normal range: ``||W||`` large, the
@@ -1000,6 +1206,15 @@ class BatchEngine:
             D, log_norm, cancelled = self._direction_log(l, None, self._y)
             return D, torch.ones_like(log_norm), log_norm, cancelled
         G, inv, log_norm, ok, cancelled = self._direction_fast(l)
+        # ||G|| below G_TINY (or 0, or NaN) in the fast path's absolute units: terms that matter may have
+        # underflowed (a weight ≥ FAST_MIN_WEIGHT times a key of 1e-142): the log-domain path decides.
+        # (cancelled is None: every accepted ||G|| was in [1/NORM_SAFE, NORM_SAFE], far above G_TINY.)
+        if cancelled is not None:
+            low = ~(log_norm >= self._log_g_tiny)
+            if bool(low.any()):
+                ok = ~low if ok is None else ok & ~low
+        if ok is not None and self._spread is not None:
+            ok = ok | self._spread  # no log-domain recomputation: the single form's direction replaces it
         if ok is None or bool(ok.all()):
             self.stats["fast"] += 1
             self._last_log = False
