@@ -125,6 +125,179 @@ def _fro_batch(Wn: FloatArray) -> FloatArray:
     return out
 
 
+def _start_and_reference(
+    W0: ArrayLike | None, reference: ArrayLike | None, B: int, d: int
+) -> tuple[FloatArray | None, FloatArray | None]:
+    """The validated ``(W0, reference)`` of :func:`run_gd_batch`, each ``(B, d, d)`` or ``None``.
+
+    Contract: ``(d, d)`` arguments are broadcast to ``(B, d, d)``; refuses (:class:`InvalidInstanceError`)
+    a wrong shape (``W0`` first), a zero reference matrix ``reference[b] = 0`` (it has no direction), then
+    (:func:`_check_iterates`) a ``W0[b]`` whose largest entry ``max|W0_b|`` is neither 0 nor a normal double.
+    """
+    W0a = _batch_matrices(W0, B, d, "W0")
+    ref = _batch_matrices(reference, B, d, "reference")
+    if ref is not None:
+        zero = np.flatnonzero(~np.any(ref.reshape(B, -1) != 0, axis=1))
+        if zero.size:
+            raise InvalidInstanceError(f"reference[{zero[0]}] is the zero matrix; it has no direction")
+    if W0a is not None:
+        _check_iterates(W0a, "W0[{b}]")
+    return W0a, ref
+
+
+@dataclass(frozen=True)
+class _LogitCheck:
+    """The contract's error for logits out of range (else a NaN would read as a cancellation).
+
+    ``check(W, t)``: for every instance ``b`` with ``max|W_b| > 0`` not clear of its bound,
+    ``¬(log max|W_b| + k_data_b·ln 2 ≤ log_bound − 1e-9)``, the scalar check
+    (:func:`_to_logit_scale` of the instance's :func:`_rescale`) runs and its :class:`NumericalError`
+    is raised as ``"step t: instance b: <message>"``.
+    """
+
+    #: the user's instances (rescaled by :func:`_rescale` only where a check needs it: rare)
+    items: list[Instance]
+    #: the true data scale of each instance (its ``_Scaled.k = ex + ez``), shape ``(B,)``
+    k_data: NDArray[np.int64]
+    #: ``log _logit_bound(d)``
+    log_bound: float
+
+    def __call__(self, Wc: Any, t: int) -> None:
+        Wn_ = Wc.cpu().numpy()
+        m = _max_abs(Wn_)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            near = (m > 0) & ~(np.log(m) + self.k_data * _LN2 <= self.log_bound - 1e-9)
+        for b in map(int, np.flatnonzero(near)):
+            try:
+                _to_logit_scale(_rescale(self.items[b]), Wn_[b], f"W_{t}")
+            except NumericalError as exc:
+                raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
+
+
+def _logit_check(eng: BatchEngine, instances: Sequence[Instance]) -> _LogitCheck:
+    """The :class:`_LogitCheck` of the engine's batch.
+
+    ``k_data_b = k_b + e(max|X'_b|) + e(max|z'_b|)``: the engine's exponent ``k_b`` plus the ``frexp``
+    exponents of the data it holds (in ``[½, 1)`` where it rescaled, the raw keys and queries where it
+    did not; ``frexp(0) = (0, 0)``, as ``pow2_exponent``).
+    """
+    import torch
+
+    items = list(instances)
+    xt = eng.Xt
+    x_max = torch.maximum(xt.amax(dim=(0, 1, 3)), xt.amin(dim=(0, 1, 3)).neg()).cpu().numpy()
+    z_max = torch.maximum(eng.zB.amax(dim=(1, 2)), eng.zB.amin(dim=(1, 2)).neg()).cpu().numpy()
+    k_data = eng.scale_exponents + np.frexp(x_max)[1] + np.frexp(z_max)[1]
+    return _LogitCheck(items, k_data, math.log(_logit_bound(eng.d)))
+
+
+class _Recorder:
+    """The records of :func:`run_gd_batch` and its :class:`BatchTrajectory`.
+
+    :meth:`record` at a record step ``t`` appends ``||W_b||_F``, ``L(W_b)``, the selected tokens
+    ``argmax_t l_it``, ``log10||∇L(W_b)||`` and (with a reference ``R_b``) ``corr(W_b, R_b)`` and
+    ``gap(W_b, R_b)``, after the record-step refusals: a non-finite ``W``, a zero or non-finite gradient
+    norm, logits out of range, an iterate that is no double, a non-finite risk.
+    """
+
+    def __init__(
+        self,
+        eng: BatchEngine,
+        check_logits: _LogitCheck,
+        logit_scale: Any,
+        ref: FloatArray | None,
+        normalized: bool,
+    ) -> None:
+        self.eng, self.check_logits, self.logit_scale = eng, check_logits, logit_scale
+        self.ref, self.normalized = ref, normalized
+        self.rec: dict[str, list[Any]] = {
+            k: [] for k in ("steps", "norms", "risks", "tokens", "lg", "corrs", "gaps")
+        }
+
+    def check(self, W: Any, t: int, log_norm: Any) -> None:
+        """Refuse a gradient norm ``log||∇L||`` that is not finite (normalized GD) or NaN/+inf (plain GD).
+
+        The direction ``G·inv`` is finite iff ``log||∇L||`` is: a NaN/Inf gradient or a zero one shows
+        there (plain GD takes no step at a zero gradient and reports it in ``saturated_at`` instead).
+        """
+        import torch
+
+        bad = ~torch.isfinite(log_norm) if self.normalized else torch.isnan(log_norm) | (log_norm == math.inf)
+        if bool(bad.any()):
+            self.check_logits(W, t)
+            i = int(torch.nonzero(bad)[0])
+            raise NumericalError(
+                f"instance {i}: the risk gradient is exactly zero or not finite at or before step {t} "
+                "(stationary W or a custom loss that overflows); its normalized direction is undefined"
+            )
+
+    def _risks(self, log_s: Any, Wn: FloatArray, t: int) -> FloatArray:
+        """``L(W_b)`` per instance from the engine's ``log s`` at ``W'``; where it reads below
+        ``FLOAT_TINY``, the single form's exact (log-domain) value ``risk_of`` of the rescaled instance."""
+        eng = self.eng
+        risk = eng._risk_of_log_s(log_s)  # eng.risk at the same W', without forming the logits again
+        if not bool(self.eng.torch.isfinite(risk).all()):
+            raise NumericalError(f"the risk is not finite at step {t}; check the loss")
+        risk_np: FloatArray = risk.cpu().numpy()
+        # A risk that reads 0 or subnormal may have underflowed in the engine's exp: take the
+        # single form's exact value there (log-domain, refusing a risk below the normal range
+        # as run_gd does) instead of recording a 0 whose truth is not 0.
+        for b in map(int, np.flatnonzero(np.abs(risk_np) < FLOAT_TINY)):
+            sc = _rescale(self.check_logits.items[b])
+            try:
+                Wb = _to_logit_scale(sc, Wn[b], f"W_{t}")
+                risk_np[b] = risk_of(sc.X, sc.Y, sc.z, sc.v, Wb, eng.lo, **sc.mask_kw)
+            except NumericalError as exc:
+                raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
+        return risk_np
+
+    def record(self, W: Any, t: int, log_norm: Any) -> None:
+        """Check and record the iterate ``W_t`` (user's scale) and its ``log||∇L(W_t)||``."""
+        import torch
+
+        eng, rec, ref, B = self.eng, self.rec, self.ref, self.eng.B
+        if not bool(torch.isfinite(W).all()):  # first: a diverged W also makes the gradient non-finite
+            self.check_logits(W, t)
+            raise NumericalError(f"plain GD diverged by step {t}: W became non-finite; lower lr")
+        self.check(W, t, log_norm)
+        self.check_logits(W, t)  # the logit bound of run_gd, at every record (the last step included)
+        Wn = W.cpu().numpy().copy()
+        _check_iterates(Wn, f"the iterate W_{t} of instance {{b}}")
+        logits, log_s = eng.log_s(self.logit_scale(W))
+        rec["steps"].append(t)
+        rec["norms"].append(_fro_batch(Wn))
+        rec["risks"].append(self._risks(log_s, Wn, t))
+        rec["tokens"].append(logits.argmax(dim=0).cpu().numpy().astype(np.intp))
+        rec["lg"].append(log_norm.cpu().numpy() / math.log(10.0))
+        if ref is not None:
+            nz = [bool(np.any(Wn[b] != 0)) for b in range(B)]
+            rec["corrs"].append(
+                np.array([direction_corr(Wn[b], ref[b]) if nz[b] else math.nan for b in range(B)])
+            )
+            rec["gaps"].append(
+                np.array([direction_gap(Wn[b], ref[b]) if nz[b] else math.nan for b in range(B)])
+            )
+
+    def trajectory(self, W: Any, sat: Any, *, normalized: bool, lr: float) -> BatchTrajectory:
+        """The :class:`BatchTrajectory` of the final iterate ``W``, ``saturated_at = sat`` and the records."""
+        rec, ref, lo = self.rec, self.ref, self.eng.lo
+        return BatchTrajectory(
+            W=W.cpu().numpy(),
+            steps=np.array(rec["steps"], dtype=np.int64),
+            norms=np.array(rec["norms"]),
+            risks=np.array(rec["risks"]),
+            tokens=np.array(rec["tokens"]),
+            log10_grad_norms=np.array(rec["lg"]),
+            corrs=np.array(rec["corrs"]) if ref is not None else None,
+            gaps=np.array(rec["gaps"]) if ref is not None else None,
+            saturated_at=sat.cpu().numpy(),
+            normalized=bool(normalized),
+            lr=lr,
+            loss=_loss_name(lo),
+            device=str(self.eng.device),
+        )
+
+
 def _undetermined_message(i: int, df: float) -> str:
     """The single form's undetermined-ℓ' message (grad._refuse_undetermined), for sequence ``i``."""
     return (
@@ -212,16 +385,9 @@ def run_gd_batch(
     lr = check_positive(lr, "lr", meaning="the step size η")
     # validation, stacking, masks and the exact power-of-two rescaling (W'_b = W_b·2^k_b): the engine's
     eng = BatchEngine.from_instances(instances, loss=loss, device=device, path="auto" if fast_path else "log")
-    lo, dev, kb = eng.lo, eng.device, eng.scale_exponents
+    dev, kb = eng.device, eng.scale_exponents
     B, d = eng.B, eng.d
-    W0a = _batch_matrices(W0, B, d, "W0")
-    ref = _batch_matrices(reference, B, d, "reference")
-    if ref is not None:
-        zero = np.flatnonzero(~np.any(ref.reshape(B, -1) != 0, axis=1))
-        if zero.size:
-            raise InvalidInstanceError(f"reference[{zero[0]}] is the zero matrix; it has no direction")
-    if W0a is not None:
-        _check_iterates(W0a, "W0[{b}]")
+    W0a, ref = _start_and_reference(W0, reference, B, d)
     at = record_steps(record_at, steps)
     rec_set = {int(s) for s in at}
     # The engine runs on the rescaled data (see _Scaled): instance b's logits are x'ᵀ W'_b z' with
@@ -234,47 +400,15 @@ def run_gd_batch(
     )
     k_shift = torch.as_tensor(kb * _LN2, dtype=torch.float64, device=dev)  # log of 2^k_b
     Wp = torch.empty((B, d, d), dtype=torch.float64, device=dev) if kb.any() else None
-    # The true data scale of each instance (its _Scaled.k = ex + ez, for the logit-range check): the
-    # engine's exponent plus those of the data it holds (max|X'|, max|z'| in [½, 1) where it rescaled, the
-    # raw keys and queries where it did not). The _Scaled itself only where a check needs it (rare).
-    items = list(instances)
-    xt = eng.Xt
-    x_max = torch.maximum(xt.amax(dim=(0, 1, 3)), xt.amin(dim=(0, 1, 3)).neg()).cpu().numpy()
-    z_max = torch.maximum(eng.zB.amax(dim=(1, 2)), eng.zB.amin(dim=(1, 2)).neg()).cpu().numpy()
-    k_data = kb + np.frexp(x_max)[1] + np.frexp(z_max)[1]  # frexp(0) = (0, 0), as pow2_exponent
-    log_logit_bound = math.log(_logit_bound(d))
+    check_logits = _logit_check(eng, instances)
 
     def logit_scale(Wc: Any) -> Any:
         return eng.to_engine_scale(Wc, out=Wp)  # W' = W·2^k into one reused buffer (W itself if k = 0)
 
-    def check_logits(Wc: Any, t: int) -> None:
-        # the contract's error for logits out of range (else a NaN would read as a cancellation): the
-        # scalar check (_to_logit_scale) of every instance whose max|W| is not clear of its bound by 1e-9
-        Wn_ = Wc.cpu().numpy()
-        m = _max_abs(Wn_)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            near = (m > 0) & ~(np.log(m) + k_data * _LN2 <= log_logit_bound - 1e-9)
-        for b in map(int, np.flatnonzero(near)):
-            try:
-                _to_logit_scale(_rescale(items[b]), Wn_[b], f"W_{t}")
-            except NumericalError as exc:
-                raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
-
     sat = torch.full((B,), -1, dtype=torch.int64, device=dev)
     log_tiny = math.log(_TINY)
-    rec: dict[str, list[Any]] = {k: [] for k in ("steps", "norms", "risks", "tokens", "lg", "corrs", "gaps")}
-
-    def check(t: int, log_norm: Any) -> None:
-        # the direction G·inv is finite iff log||∇L|| is: a NaN/Inf gradient or a zero one shows there
-        # (plain GD takes no step at a zero gradient and reports it in saturated_at instead)
-        bad = ~torch.isfinite(log_norm) if normalized else torch.isnan(log_norm) | (log_norm == math.inf)
-        if bool(bad.any()):
-            check_logits(W, t)
-            i = int(torch.nonzero(bad)[0])
-            raise NumericalError(
-                f"instance {i}: the risk gradient is exactly zero or not finite at or before step {t} "
-                "(stationary W or a custom loss that overflows); its normalized direction is undefined"
-            )
+    rec = _Recorder(eng, check_logits, logit_scale, ref, normalized)
+    kind = "normalized" if normalized else "plain"
 
     W = W.clone()  # the iterate, updated in place (W0 stays untouched)
     for t in range(0, steps + 1):
@@ -283,7 +417,6 @@ def run_gd_batch(
                 parts = eng.gradient(logit_scale(W))  # at W_t: direction G·inv, log||∇_{W'} L(W'_t)||
             except _InstanceRefusal as exc:  # the single form's refusal of an instance it computed
                 check_logits(W, t)
-                kind = "normalized" if normalized else "plain"
                 raise NumericalError(f"{kind} GD at step {t}: instance {exc.instance}: {exc.cause}") from exc
             log_norm1 = parts[2]  # of the rescaled problem: scale-free (saturation test)
             log_norm = log_norm1 + k_shift  # log||∇L(W_t)|| = log||∇_{W'}L|| + k log 2
@@ -293,48 +426,13 @@ def run_gd_batch(
                 check_logits(W, t)
                 b = int(torch.nonzero(eng.undetermined)[0])
                 i, df = eng.undetermined_detail[b]
-                kind = "normalized" if normalized else "plain"
                 raise NumericalError(f"{kind} GD at step {t}: instance {b}: {_undetermined_message(i, df)}")
             if normalized and cancelled is not None and bool(cancelled.any()):
                 check_logits(W, t)
                 i = int(torch.nonzero(cancelled)[0])
                 raise NumericalError(f"normalized GD at step {t}: instance {i}: {CANCELLED_MESSAGE}")
         if t in rec_set:
-            if not bool(torch.isfinite(W).all()):  # first: a diverged W also makes the gradient non-finite
-                check_logits(W, t)
-                raise NumericalError(f"plain GD diverged by step {t}: W became non-finite; lower lr")
-            check(t, log_norm)
-            check_logits(W, t)  # the logit bound of run_gd, at every record (the last step included)
-            Wn = W.cpu().numpy().copy()
-            _check_iterates(Wn, f"the iterate W_{t} of instance {{b}}")
-            logits, log_s = eng.log_s(logit_scale(W))
-            rec["steps"].append(t)
-            rec["norms"].append(_fro_batch(Wn))
-            risk = eng._risk_of_log_s(log_s)  # eng.risk at the same W', without forming the logits again
-            if not bool(torch.isfinite(risk).all()):
-                raise NumericalError(f"the risk is not finite at step {t}; check the loss")
-            risk_np = risk.cpu().numpy()
-            # A risk that reads 0 or subnormal may have underflowed in the engine's exp: take the
-            # single form's exact value there (log-domain, refusing a risk below the normal range
-            # as run_gd does) instead of recording a 0 whose truth is not 0.
-            for b in map(int, np.flatnonzero(np.abs(risk_np) < FLOAT_TINY)):
-                sc = _rescale(items[b])
-                try:
-                    Wb = _to_logit_scale(sc, Wn[b], f"W_{t}")
-                    risk_np[b] = risk_of(sc.X, sc.Y, sc.z, sc.v, Wb, lo, **sc.mask_kw)
-                except NumericalError as exc:
-                    raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
-            rec["risks"].append(risk_np)
-            rec["tokens"].append(logits.argmax(dim=0).cpu().numpy().astype(np.intp))
-            rec["lg"].append(log_norm.cpu().numpy() / math.log(10.0))
-            if ref is not None:
-                nz = [bool(np.any(Wn[b] != 0)) for b in range(B)]
-                rec["corrs"].append(
-                    np.array([direction_corr(Wn[b], ref[b]) if nz[b] else math.nan for b in range(B)])
-                )
-                rec["gaps"].append(
-                    np.array([direction_gap(Wn[b], ref[b]) if nz[b] else math.nan for b in range(B)])
-                )
+            rec.record(W, t, log_norm)
         if t < steps:
             if not normalized:
                 # scale-free, as run_gd: the rescaled problem's gradient left the normal range
@@ -342,18 +440,4 @@ def run_gd_batch(
                 sat = torch.where(newly, torch.full_like(sat, t + 1), sat)
             # W_{t+1} in the user's scale (∇_W L = 2^k ∇_{W'} L); recording (above) does not touch G
             eng.update_(W, (parts[0], parts[1], log_norm), lr, normalized)
-    return BatchTrajectory(
-        W=W.cpu().numpy(),
-        steps=np.array(rec["steps"], dtype=np.int64),
-        norms=np.array(rec["norms"]),
-        risks=np.array(rec["risks"]),
-        tokens=np.array(rec["tokens"]),
-        log10_grad_norms=np.array(rec["lg"]),
-        corrs=np.array(rec["corrs"]) if ref is not None else None,
-        gaps=np.array(rec["gaps"]) if ref is not None else None,
-        saturated_at=sat.cpu().numpy(),
-        normalized=bool(normalized),
-        lr=lr,
-        loss=_loss_name(lo),
-        device=str(dev),
-    )
+    return rec.trajectory(W, sat, normalized=normalized, lr=lr)

@@ -181,6 +181,50 @@ class BatchEngine:
             # a masked token is a zero key (no value, no norm: it sets no scale, bound or maximum) whose
             # logit is −inf (logits() fills it in); the caller's X is not modified
             X = np.where(allowed[..., None], np.asarray(X, dtype=np.float64), 0.0)
+        vt = self._init_data(X, Y, z, v, allowed, kw)
+        B, n, T = self.B, self.n, self.T
+        self.lo = lo
+        self.log_n = math.log(n)
+        self._log_fn = lo.log_neg_derivative_fn if isinstance(lo, Loss) else None
+        self._init_buffers(kw)
+        self._init_scales(lo, fast, kw)
+        self._log_streak = 0
+        #: calls of :meth:`direction` by path: "fast" (whole batch), "log" (whole batch),
+        #: "mixed" (fast path with a log-domain subset).
+        self.stats = {"fast": 0, "log": 0, "mixed": 0}
+        self._init_refusal_bounds(vt)
+        cls = self._duplicate_classes(X, allowed)
+        self._has_dup = bool(np.any(cls != np.arange(T)))
+        self._cls = torch.as_tensor(np.ascontiguousarray(cls.transpose(2, 0, 1)), **kw)  # (T, B, n)
+        # ℓ'(Y f) is undetermined where κ·δf > 1 (grad._output_spread); not for the correlation loss.
+        self._check_output = lo is not correlation
+        #: instances whose ℓ' is undetermined at the last call of :meth:`gradient` (``None``: none),
+        #: and ``(sequence, δf)`` of the first such instance, for the error message.
+        self.undetermined: Any | None = None
+        self.undetermined_detail: dict[int, tuple[int, float]] = {}
+        self._init_mixed(np.asarray(X, dtype=np.float64), np.asarray(z, dtype=np.float64), np.asarray(v), kw)
+        #: the torch device the data live on, as requested (``cuda`` stays ``cuda`` in run_gd_batch's record)
+        self.device = torch.device(device)
+        self._v = np.array(v, dtype=np.float64)  # (B, d), for engine_instance
+        self._set_scale(np.zeros(B, dtype=np.int64))  # stacked data as given: no rescaling
+        self._last_log: Any = None  # the last call's log-domain instances (see log_path)
+        self._init_spread(np.asarray(X, dtype=np.float64), np.asarray(v, dtype=np.float64))
+        # the fast path's log||G|| − log n below which its G is below G_TINY (see _parts_engine)
+        self._log_g_tiny = math.log(self.G_TINY) - self.log_n
+        self._under: list[int] = []  # instances whose G came out below G_TINY at this call
+        self._last_core: list[int] = []  # instances that took the single form at the last call
+
+    def _init_data(
+        self, X: Any, Y: Any, z: Any, v: Any, allowed: NDArray[np.bool_] | None, kw: dict[str, Any]
+    ) -> Any:
+        """The constant data in the engine's layout; returns ``vt = vᵀ`` ``(d, B)``.
+
+        Sets ``B, n, T, d``, the masks ``_allowed``/``_masked`` ``(T, B, n)`` (``None`` without a mask),
+        ``Xt[t, k, b, i] = X_b[i, t, k]``, ``zB`` ``(B, n, d)``, ``zT`` ``(B, d, n)``, ``Y`` ``(B, n)``,
+        the token values ``a_it = x_itᵀ v_b``, the scores ``γ_it = Y_i a_it`` and
+        ``Δ_b = max(2 max|γ|, _TINY)`` (``X`` has its masked keys zeroed already).
+        """
+        torch = self.torch
         Xd = torch.as_tensor(X, **kw)
         B, n, T, d = Xd.shape
         self.B, self.n, self.T, self.d = B, n, T, d
@@ -189,7 +233,9 @@ class BatchEngine:
         self._masked: Any | None = None
         self._allowed: Any | None = None
         if allowed is not None:
-            self._allowed = torch.as_tensor(np.ascontiguousarray(allowed.transpose(2, 0, 1)), device=device)
+            self._allowed = torch.as_tensor(
+                np.ascontiguousarray(allowed.transpose(2, 0, 1)), device=kw["device"]
+            )
             self._masked = (~self._allowed).contiguous()
         self.Xt = Xd.permute(2, 3, 0, 1).contiguous()  # (T, d, B, n)
         self.zB = torch.as_tensor(z, **kw).contiguous()  # (B, n, d)
@@ -200,27 +246,17 @@ class BatchEngine:
         self.gamma = (self.a * self.Y).contiguous()  # token scores γ_it = Y_i a_it, constant
         # Δ_b = 2 max|γ| bounds |δ_it| = |γ_it − γ_ir| (fast-path underflow test); ≥ tiny so 0·Δ = 0.
         self.delta_bound = (2 * self.gamma.abs().amax(dim=0).amax(dim=-1)).clamp_min(_TINY)
-        self.lo = lo
-        self.log_n = math.log(n)
-        self._log_fn = lo.log_neg_derivative_fn if isinstance(lo, Loss) else None
-        self._l = torch.empty((T, B, n), **kw)
-        self._E = torch.empty((T, B, n), **kw)
-        self._F = torch.empty((T, B, n), **kw)
-        self._w = torch.empty((T, B, n), **kw)
-        self._y = torch.empty((d, B, n), **kw)
-        self._P = torch.empty((T, B, n), **kw)  # products reduced over tokens
-        self._qB = torch.empty((B, d, n), **kw)  # W z_i, bmm layout
-        self._q = torch.empty((d, B, n), **kw)  # W z_i, X's layout
-        # The full-batch gradient (and the returned direction): a reused buffer, valid until the next
-        # call; fresh (B, d, d) tensors each step cost page faults comparable to a pass over X.
-        self._G = torch.empty((B, d, d), **kw)
-        # Per-feature / per-token slabs of the constant data and of the reused buffers, taken once:
-        # slicing them anew each step costs more dispatch time than the small reductions it feeds.
-        self._X_feat = [self.Xt[:, k] for k in range(d)]  # (T, B, n) each
-        self._X_tok = [self.Xt[t] for t in range(T)]  # (d, B, n) each
-        self._q_feat = [self._q[k] for k in range(d)]  # (B, n) each
-        self._w_tok = [self._w[t] for t in range(T)]  # (B, n) each
-        self._Bn = B * n
+        return vt
+
+    def _init_scales(self, lo: Any, fast: bool, kw: dict[str, Any]) -> None:
+        """The scales of the rounding tests and the fast path's acceptance constants.
+
+        ``_xz_it = ||x_it|| ||z_i||`` and its max over tokens, ``_live_i = [max_t _xz_it > 0]``,
+        ``_cancel_rtol = CANCELLATION_FACTOR·n·T·eps``, ``κ = 1e18·T·_TINY``, ``κ·Δ_b`` and, for the
+        logistic loss with every ``Δ_b ≤ 1e300``, the bounded threshold ``max(κ·Δ_b, FAST_MIN_WEIGHT)``.
+        """
+        torch = self.torch
+        n, T = self.n, self.T
         # ||x_it|| ||z_i|| (T, B, n) and its max over tokens: the scale of the rounding error of G. A norm
         # squares its entries: rows below ~1e-154 would read 0 (a live sequence taken for dead), so those
         # rows' norms are formed from the row scaled by a power of two (exact; the others unchanged).
@@ -248,11 +284,43 @@ class BatchEngine:
             if self._logistic and bool((self.delta_bound <= 1e300).all())
             else None
         )
-        self._log_streak = 0
-        #: calls of :meth:`direction` by path: "fast" (whole batch), "log" (whole batch),
-        #: "mixed" (fast path with a log-domain subset).
-        self.stats = {"fast": 0, "log": 0, "mixed": 0}
-        # --- the single form's refusals (grad.normalized_risk_grad_of), per instance -------------
+
+    def _init_buffers(self, kw: dict[str, Any]) -> None:
+        """The reused per-call buffers (contents undefined until a call writes them) and the per-feature /
+        per-token slabs of the constant data and of the buffers: ``_l, _E, _F, _w, _P`` ``(T, B, n)``,
+        ``_y, _q`` ``(d, B, n)``, ``_qB`` ``(B, d, n)``, ``_G`` ``(B, d, d)``; ``_X_feat[k] = Xt[:, k]``,
+        ``_X_tok[t] = Xt[t]``, ``_q_feat[k] = _q[k]``, ``_w_tok[t] = _w[t]`` (views) and ``_Bn = B·n``."""
+        torch = self.torch
+        B, n, T, d = self.B, self.n, self.T, self.d
+        self._l = torch.empty((T, B, n), **kw)
+        self._E = torch.empty((T, B, n), **kw)
+        self._F = torch.empty((T, B, n), **kw)
+        self._w = torch.empty((T, B, n), **kw)
+        self._y = torch.empty((d, B, n), **kw)
+        self._P = torch.empty((T, B, n), **kw)  # products reduced over tokens
+        self._qB = torch.empty((B, d, n), **kw)  # W z_i, bmm layout
+        self._q = torch.empty((d, B, n), **kw)  # W z_i, X's layout
+        # The full-batch gradient (and the returned direction): a reused buffer, valid until the next
+        # call; fresh (B, d, d) tensors each step cost page faults comparable to a pass over X.
+        self._G = torch.empty((B, d, d), **kw)
+        # Per-feature / per-token slabs of the constant data and of the reused buffers, taken once:
+        # slicing them anew each step costs more dispatch time than the small reductions it feeds.
+        self._X_feat = [self.Xt[:, k] for k in range(d)]  # (T, B, n) each
+        self._X_tok = [self.Xt[t] for t in range(T)]  # (d, B, n) each
+        self._q_feat = [self._q[k] for k in range(d)]  # (B, n) each
+        self._w_tok = [self._w[t] for t in range(T)]  # (B, n) each
+        self._Bn = B * n
+
+    def _init_refusal_bounds(self, vt: Any) -> None:
+        """The constants of the single form's refusals (grad.normalized_risk_grad_of), per instance.
+
+        ``amag_it = m_it = Σ_k |v_k x_itk|`` (``a_it`` is known to ``±d·eps·m_it``), its max over tokens,
+        ``_ve_const = 4·d·eps·VALUE_SAFETY·max_t m_it·max_t ||x_it|| ||z_i||`` and its log, and the
+        undetermined-ℓ' screen's ``_df_c0 = max_i (T+d)·eps·max_t|a_it|``,
+        ``_df_c1 = max_i 2d²·eps·max_t ||x_it|| ||z_i||·max_t|a_it|`` and ``_d_eps = d·eps``.
+        """
+        torch = self.torch
+        T, d = self.T, self.d
         # The values' own rounding: a_it = vᵀx_it is known to ±d·eps·m_it, m_it = Σ_k |v_k x_itk|.
         self.amag = torch.einsum("tkbi,kb->tbi", self.Xt.abs(), vt.abs()).contiguous()  # m_it
         self._amag_max = self.amag.amax(dim=0)  # (B, n)
@@ -265,6 +333,11 @@ class BatchEngine:
         self._df_c0 = ((T + d) * _EPS * a_abs_max).amax(dim=-1)  # (B,)
         self._df_c1 = (2.0 * d * d * _EPS * self._xz_max * a_abs_max).amax(dim=-1)  # (B,)
         self._d_eps = d * _EPS
+
+    def _duplicate_classes(self, X: FloatArray, allowed: NDArray[np.bool_] | None) -> NDArray[np.intp]:
+        """``cls_it`` = the first token ``u`` of sequence ``i`` with ``x_iu = x_it`` bitwise (after ``+ 0.0``),
+        shape ``(B, n, T)``; a masked token (``allowed`` False) is its own class only."""
+        T, d = self.T, self.d
         # Exact-duplicate classes (constant): cls_it = the first token u with x_iu = x_it bitwise. A token
         # and its copy have bitwise equal values, so their difference is exact (no rounding charged).
         # Rows compared as d·8 raw bytes ((B, n, T, T), not (…, d)); + 0.0 turns −0 into +0, so that the
@@ -284,25 +357,7 @@ class BatchEngine:
                 same &= allowed[:, :, :, None] & allowed[:, :, None, :]
                 same |= np.eye(T, dtype=bool)
             cls = np.argmax(same, axis=-1)  # (B, n, T): first equal token
-        self._has_dup = bool(np.any(cls != np.arange(T)))
-        self._cls = torch.as_tensor(np.ascontiguousarray(cls.transpose(2, 0, 1)), **kw)  # (T, B, n)
-        # ℓ'(Y f) is undetermined where κ·δf > 1 (grad._output_spread); not for the correlation loss.
-        self._check_output = lo is not correlation
-        #: instances whose ℓ' is undetermined at the last call of :meth:`gradient` (``None``: none),
-        #: and ``(sequence, δf)`` of the first such instance, for the error message.
-        self.undetermined: Any | None = None
-        self.undetermined_detail: dict[int, tuple[int, float]] = {}
-        self._init_mixed(np.asarray(X, dtype=np.float64), np.asarray(z, dtype=np.float64), np.asarray(v), kw)
-        #: the torch device the data live on, as requested (``cuda`` stays ``cuda`` in run_gd_batch's record)
-        self.device = torch.device(device)
-        self._v = np.array(v, dtype=np.float64)  # (B, d), for engine_instance
-        self._set_scale(np.zeros(B, dtype=np.int64))  # stacked data as given: no rescaling
-        self._last_log: Any = None  # the last call's log-domain instances (see log_path)
-        self._init_spread(np.asarray(X, dtype=np.float64), np.asarray(v, dtype=np.float64))
-        # the fast path's log||G|| − log n below which its G is below G_TINY (see _parts_engine)
-        self._log_g_tiny = math.log(self.G_TINY) - self.log_n
-        self._under: list[int] = []  # instances whose G came out below G_TINY at this call
-        self._last_core: list[int] = []  # instances that took the single form at the last call
+        return cls
 
     #: The values of ``path`` (:meth:`from_instances`): "auto" (fast path where it is exact, log-domain
     #: path elsewhere) and "log" (log-domain path everywhere).
