@@ -289,7 +289,8 @@ class LpSVMSolution:
       objective: ``||W||_p``.
       lower_bound: ``1ᵀμ / ||Aᵀμ||_q`` from the multipliers (a certified lower bound on the optimum).
       gap: ``(objective − lower_bound)/objective`` (relative suboptimality bound).
-      min_margin: smallest constraint value (≥ 1).
+      min_margin: smallest constraint value: 1 up to rounding (≥ 1 − 4·eps; the rescale by the smallest margin
+        leaves it within a few ulps of 1).
       duals: multipliers ``μ ≥ 0`` with ``∇ψ(W) = Σ μ_r a_r`` at the optimum, aligned with ``svm_rows``.
       support: active constraints ``(i, t)`` (margin within ``LP_SUPPORT_TOL`` of 1).
       polished: the Newton active-set step succeeded (else the rescaled conic solution is returned).
