@@ -234,7 +234,7 @@ def run_gd_kq(
     K, Q = _initial_factors(inst, K0, Q0, m, init_scale, seed)
     at = record_steps(record_at, steps)
     rec_set = {int(s) for s in at}
-    sc = _rescale(inst)
+    sc = _rescale(inst, shift=True)  # needs x'ᵀW'z' = xᵀWz and the values only, as run_gd
     record: list[GDRecord] = []
     nuc: list[float] = []
     stop, saturated, t = "steps", False, 0

@@ -235,7 +235,7 @@ def regularization_path(
     lo = get_loss(loss)
     ref = _check_reference(inst, reference)
     W = _check_iterate(_initial_W(inst, W0), "W0")
-    sc = _rescale(inst)
+    sc = _rescale(inst, shift=True)  # needs x'ᵀW'z' = xᵀWz and the values only, as run_gd
     # The path stays in the user's scale (radii, W); risk and direction come from the rescaled
     # data at W' = W·2^k (see _Scaled), so neither overflows nor underflows with the data's scale.
     # The largest radius must keep the logits finite: checked before any work.

@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._types import FloatArray
 from ..errors import InvalidInstanceError, NumericalError
-from ..model._instance import Instance
+from ..model._instance import Instance, split_rows
 from ..scaling import (
     FLOAT_MAX,
     FLOAT_TINY,
@@ -25,6 +25,7 @@ from ..scaling import (
     ldexp_scale,
     log10_of,
     pow2_exponent,
+    pow2_split,
     range_error,
 )
 
@@ -46,7 +47,10 @@ class _Scaled(NamedTuple):
     order one, and ``∇_W L = 2^k ∇_{W'} L``. Every engine computes on ``(X', z', v', W')``, so
     no intermediate (logits, ``x zᵀ``, ``Σ w x zᵀ``) overflows or underflows because of the data's
     scale alone. Entries of ``X``/``z`` more than ``2^1022`` below the largest round in ``X'``/``z'``
-    (absolute error ≤ 2^−1075 against entries ≥ ½: invisible at float64 precision).
+    (absolute error ≤ 2^−1075 against entries ≥ ½: invisible at float64 precision). Where ``v·2^ex`` cannot
+    carry normal values, ``_rescale(..., shift=True)`` (``run_gd`` and the other engines) uses ``v·2^c`` with
+    ``X·2^−c`` and ``z'·2^(c−ex)`` instead (checked exact, or rounded harmlessly for the values; ``k`` and
+    ``max|X'|·max|z'| < 1`` unchanged).
     """
 
     X: FloatArray
@@ -64,28 +68,107 @@ class _Scaled(NamedTuple):
         return {} if self.mask is None else {"mask": self.mask}
 
 
-def _rescale(inst: Instance) -> _Scaled:
-    """:class:`_Scaled` of ``inst``; raises the contract's error when ``v·2^ex`` is not exact (the
-    token values ``vᵀx_it`` leave the normal range)."""
+def _v_exact(v: FloatArray, Xs: FloatArray, c: int) -> bool:
+    """``v' = v·2^c`` carries the token values: finite, and every entry comes back bit for bit, or the
+    entries that do not (rounded below the normal range, each by at most 2^−1075) move no token value
+    ``x''ᵀv'`` (``x'' = x·2^−c``) by more than the value's own rounding, ``eps·Σ_k|x''_tk v'_k|``.
+
+    ``Xs = |X·2^−ex|`` (``max ≤ 1``): the test is linear in ``x''``, so it is made in the units of ``Xs`` (the
+    factor ``2^(ex−c)`` cancels). v = (1, 2e-182) with x ≈ 2e-182 has normal values although v'_1 underflows.
+    The test in units of 2^−1075: ``Σ_k|x_tk|·[v'_k rounded] ≤ 2^1023·Σ_k|x_tk v'_k|``."""
+    with np.errstate(over="ignore"):
+        v2 = ldexp_scale(v, -c)
+        if not bool(np.all(np.isfinite(v2))):
+            return False
+        back = ldexp_scale(v2, c)
+    if bool(np.array_equal(back, v)):
+        return True
+    with np.errstate(over="ignore"):
+        moved = Xs @ (back != v).astype(np.float64)
+        return bool(np.all(moved <= (Xs @ np.abs(v2)) * 2.0**1023))
+
+
+def _value_exponent(v: FloatArray, ex: int) -> int:
+    """The exponent ``c`` nearest to ``ex`` at which ``v·2^c`` is representable: when ``v·2^ex`` overflows, the
+    largest that keeps ``max|v·2^c| < 2^1024``; otherwise (entries rounded below the normal range) the smallest
+    that makes the smallest nonzero entry normal, capped by the largest."""
+    nz = np.abs(v[v != 0])
+    if nz.size == 0:
+        return ex
+    hi = 1024 - math.frexp(float(np.max(nz)))[1]  # max|v|·2^c < 2^1024
+    lo = -1021 - math.frexp(float(np.min(nz)))[1]  # min|v|·2^c ≥ 2^−1022
+    return hi if hi < ex else min(max(lo, ex), hi)
+
+
+def _keys_carry(keys: FloatArray, X2: FloatArray, v2: FloatArray, c: int) -> bool:
+    """``X'' = keys·2^−c`` carries the token values ``x''ᵀv''``: finite, and every entry comes back bit for bit,
+    or the entries that do not (rounded below the normal range, each by at most 2^−1075) move no value by
+    more than its own rounding, ``eps·Σ_k|x''_tk v''_k|``; and no ``Σ_k|x''_tk v''_k|`` overflows (the engines
+    form ``X''v''``). The test is linear in ``v''``, so it is made on ``v''`` scaled to largest entry ½..1.
+
+    (``X'`` shifted from ``X·2^−ex`` lost what ``X·2^−ex`` had flushed: keys ``(2^600, 2^−600)`` with
+    ``v = (2^−600, 2^600)`` lost the ``2^−600`` entry that carries half of each value, a direction 0.25 off.)
+    """
+    if not bool(np.all(np.isfinite(X2))):
+        return False
+    with np.errstate(over="ignore"):
+        if not bool(np.all(np.isfinite(np.abs(X2) @ np.abs(v2)))):
+            return False
+    vn = np.abs(pow2_split(v2)[0])
+    rounded = (np.ldexp(X2, c) != keys).astype(np.float64)
+    if not np.any(rounded):
+        return True
+    with np.errstate(over="ignore"):
+        return bool(np.all(rounded @ vn <= (np.abs(X2) @ vn) * 2.0**1023))
+
+
+def _moved_exactly(a: FloatArray, e: int) -> bool:
+    """``a·2^e`` is exact: every entry comes back bit for bit (no overflow, no rounding below the range)."""
+    with np.errstate(over="ignore", under="ignore"):
+        out = np.ldexp(a, e)
+        return bool(np.all(np.isfinite(out))) and bool(np.array_equal(np.ldexp(out, -e), a))
+
+
+def _rescale(inst: Instance, *, shift: bool = False) -> _Scaled:
+    """:class:`_Scaled` of ``inst``; raises the contract's error when the token values ``vᵀx_it`` leave the
+    normal range.
+
+    The values are carried by ``v' = v·2^ex`` (``X' = X·2^−ex``). Without ``shift`` that ``v'`` must be exact
+    (or round harmlessly, :func:`_v_exact`), else the instance is refused. With ``shift`` (``run_gd``, ``run_gd_batch``, ``run_gd_kq``, ``regularization_path``), where
+    it is not, the values are decided by :meth:`Instance.values` itself (the contract's rule: refused when a
+    value exceeds 1.8e308 or a nonzero one underflows), and normal values are carried by ``v'' = v·2^c`` with
+    ``c`` as near ``ex`` as :func:`_value_exponent` finds, ``X'' = X·2^−c`` (from the keys themselves, exact or
+    rounded harmlessly for the values, :func:`_keys_carry`) and ``z'' = z'·2^(c−ex)`` (exact), ``k`` unchanged: the logits ``x''ᵀ W' z''``, the values ``x''ᵀ v''`` and
+    ``max|x''|·max|z''| < 1`` are those of the unshifted data, so the engine computes the same quantities
+    (values near 1 from ``v = (2^−60, 2^1000)`` and keys ``(0.75·2^30, 0.75·2^−1000)`` were refused:
+    ``v·2^30`` overflows, the values do not). An instance ``v·2^ex`` carries is rescaled bit for bit as before.
+    """
     # Instance.keys: X with its masked tokens zeroed (X itself without a mask), so they set no scale
     ex, ez = pow2_exponent(inst.keys), pow2_exponent(inst.z)
-    with np.errstate(over="ignore"):
-        v2 = ldexp_scale(inst.v, -ex)
-        exact = bool(np.all(np.isfinite(v2))) and bool(np.array_equal(ldexp_scale(v2, ex), inst.v))
-    if not exact and np.all(np.isfinite(v2)):
-        # Entries of v·2^ex below the normal range were rounded (to subnormals or 0), each by at most
-        # 2^−1075. That is harmless where it moves no token value x'ᵀv' (|x'| ≤ 1) by more than the value's
-        # own rounding, eps·Σ_k|x'_tk v'_k|: v = (1, 2e-182) with x ≈ 2e-182 has normal values although
-        # v'_1 underflows. The test in units of 2^−1075: Σ_k|x'_tk|·[v'_k rounded] ≤ 2^1023·Σ_k|x'_tk v'_k|.
-        Xs = np.abs(ldexp_scale(inst.keys, ex))
-        with np.errstate(over="ignore"):
-            back = ldexp_scale(v2, ex)
-            moved = Xs @ (back != inst.v).astype(np.float64)
-            exact = bool(np.all(moved <= (Xs @ np.abs(v2)) * 2.0**1023))
+    X1, z1 = ldexp_scale(inst.keys, ex), ldexp_scale(inst.z, ez)
+    Xs = np.abs(X1)
+    c = ex
+    exact = _v_exact(inst.v, Xs, ex)
+    if not exact and shift:
+        try:
+            inst.values()  # NumericalError where a value is not a normal double: refused below
+        except NumericalError:
+            pass
+        else:
+            c = _value_exponent(inst.v, ex)
+            # X'' from the keys themselves (X·2^−ex flushes entries that X·2^−c keeps), each token scaled on
+            # its own for the test of v'' (linear in each token: no overflow, nothing flushed against others)
+            with np.errstate(under="ignore", over="ignore"):
+                X2 = np.ldexp(inst.keys, -c)
+            exact = (
+                _keys_carry(inst.keys, X2, ldexp_scale(inst.v, -c), c)
+                and _v_exact(inst.v, np.abs(split_rows(X2, 2)[0]), c)
+                and _moved_exactly(z1, c - ex)
+            )
     if not exact:
         # v·2^ex overflowed or went subnormal: the values vᵀx_it (size ~ |v|·|X|) are not normal doubles.
         with np.errstate(over="ignore", invalid="ignore"):
-            back = ldexp_scale(v2, ex)
+            back = ldexp_scale(ldexp_scale(inst.v, -ex), ex)
         j = int(np.flatnonzero(~(back == inst.v))[0])  # the first entry that did not come back
         log_val = math.log(abs(float(inst.v[j]))) + ex * _LN2
         raise range_error(
@@ -93,9 +176,11 @@ def _rescale(inst: Instance) -> _Scaled:
             log_val,
             remedy="Rescale v or X so that the token values vᵀx_it are normal doubles",
         )
-    return _Scaled(
-        ldexp_scale(inst.keys, ex), inst.Y, ldexp_scale(inst.z, ez), v2, ex + ez, inst.d, inst.mask
-    )
+    if (
+        c != ex
+    ):  # the checked arrays: X'' = X·2^−c (checked by _keys_carry), z'' = z'·2^(c−ex) (exact both ways)
+        X1, z1 = X2, np.ldexp(z1, c - ex)
+    return _Scaled(X1, inst.Y, z1, ldexp_scale(inst.v, -c), ex + ez, inst.d, inst.mask)
 
 
 #: Largest ``max|W'|`` (``W' = W·2^k``, data entries ≤ 1) whose logits and their differences

@@ -455,7 +455,9 @@ def run_gd(
     ``lr·2^−(a+b)`` (plain GD: ``lr·2^−2(a+b)``) gives exactly ``W_t·2^−(a+b)``. Raises
     :class:`~attnsvm.NumericalError` naming the range when the largest entry of an iterate leaves
     the normal range [2.2e-308, 1.8e308], when the logits would exceed ``1.8e308/(4d²)`` (the softmax
-    is one-hot far beyond float64), or when the token values ``vᵀx_it`` are not normal doubles.
+    is one-hot far beyond float64), or when the token values ``vᵀx_it`` are not normal doubles
+    (:meth:`Instance.values`; normal values whose ``v·2^ex`` leaves the range are carried at another
+    exponent, :func:`attnsvm.gd._scaled._rescale`).
     Each step rounds to ``≲ eps`` normwise; the direction as :func:`attnsvm.model._grad.normalized_risk_grad`.
 
     Token masks (:attr:`Instance.mask`): supported; masked tokens take no part in the risk, the gradient or
@@ -471,7 +473,7 @@ def run_gd(
     tol = _early_stop_tol(early_stop)
     keep = keep_iterates or tol is not None
     rec_set = {int(s) for s in at}
-    sc = _rescale(inst)
+    sc = _rescale(inst, shift=True)  # values v·2^ex cannot carry are carried at another exponent
     _check_iterate(W, "W0")
     run = _run_normalized if normalized else _run_plain
     W, record, t, stop, saturated = run(sc, W, lo, lr, steps, rec_set, ref, keep, tol)

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from .._types import FloatArray
 from ..errors import AttnSVMError
 from ..model._instance import Instance
-from ._scaled import _rescale
+from ._scaled import _rescale, _Scaled
 
 
 def _torch_device(device: Any) -> Any:
@@ -65,9 +65,14 @@ def _stack_instances(
     ``(B, n, T)`` array (``True`` = the token takes part; all ``True`` rows for an unmasked instance), or
     ``None`` when no instance has a mask.
 
+    An instance whose normal token values ``v·2^ex`` cannot carry is rescaled as ``run_gd`` rescales it,
+    :func:`attnsvm.gd._scaled._rescale` with ``shift=True`` (``v·2^c``, ``X·2^−c``, ``z·2^(c−ex−ez)``, each
+    exact, ``k`` the same), and the batch then never takes the moderate-data shortcut (its raw ``v`` is the
+    one the engine cannot carry). Every other instance is stacked bit for bit as before.
+
     Raises :class:`~attnsvm.AttnSVMError` for anything but a non-empty sequence of instances of one
     shape, and :class:`~attnsvm.NumericalError` (from the rescaling) where an instance's token values
-    are not normal doubles.
+    are not normal doubles (:meth:`attnsvm.Instance.values`).
     """
     if isinstance(instances, Instance):
         raise AttnSVMError("instances must be a sequence of Instance; wrap a single Instance in a list")
@@ -104,17 +109,19 @@ def _stack_instances(
     with np.errstate(over="ignore"):
         vs = np.ldexp(v, ex[:, None])
         exact = np.isfinite(vs).all(axis=1) & (np.ldexp(vs, -ex[:, None]) == v).all(axis=1)
-    for b in np.flatnonzero(~exact):
-        _rescale(items[int(b)])  # raises where the token values are not normal doubles
-    if np.all(np.abs(ex) <= _MODERATE) and np.all(np.abs(ez) <= _MODERATE):
+    # The other instances: _rescale(shift=True), as run_gd: its finer test (v·2^ex rounds harmlessly: the
+    # same arrays as above), or normal values carried at another exponent c (X·2^−c, z·2^(c−ex−ez), v·2^c,
+    # each exact, k the same), or the contract's error where the token values are not normal doubles.
+    shifted: dict[int, _Scaled] = {}
+    for b in (int(b) for b in np.flatnonzero(~exact)):
+        sc = _rescale(items[b], shift=True)
+        if not np.array_equal(sc.v, vs[b]):
+            shifted[b] = sc
+    if not shifted and np.all(np.abs(ex) <= _MODERATE) and np.all(np.abs(ez) <= _MODERATE):
         # moderate data (entries within 2^±64): the engine's own ranges suffice; no per-step
         # rescaling of W (the throughput of the common case is unchanged)
         return X, Y, z, v, np.zeros(B, dtype=np.int64), allowed
-    return (
-        np.ldexp(X, -ex[:, None, None, None]),
-        Y,
-        np.ldexp(z, -ez[:, None, None]),
-        vs,
-        (ex + ez).astype(np.int64),
-        allowed,
-    )
+    Xs, zs = np.ldexp(X, -ex[:, None, None, None]), np.ldexp(z, -ez[:, None, None])
+    for b, sc in shifted.items():  # a carried exponent other than ex: never the moderate shortcut
+        Xs[b], zs[b], vs[b] = sc.X, sc.z, sc.v
+    return Xs, Y, zs, vs, (ex + ez).astype(np.int64), allowed

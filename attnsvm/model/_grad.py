@@ -61,6 +61,13 @@ log weights of size 1e15..1e308 rounded the O(1) parts (and ``d·eps``) away —
 and clear gradients refused as cancelled — and values of keys 1e-300 next to O(1) keys underflowed to 0
 (a direction 1.4 off).
 
+Values from per-entry exponents. Every value ``a_it = vᵀx_it`` is formed from the rescaled data where each
+product of it is a normal double (the common case, bit for bit as before), otherwise from per-entry exponents
+(:func:`attnsvm.model._instance.token_values`): with ``v`` spanning more than 2^1074, ``v·2^−ev`` flushed its
+small entries to 0, values 0.75 and 0.5 came out 0 and the direction was 0.03 off, or "exactly zero". A
+sequence with no live term whose exact values differ (a difference below their rounding) adds its values'
+rounding to the level (:func:`_hidden`): it was left out, and its true term silently dropped.
+
 References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898 (gradient, normalized GD);
 Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
 """
@@ -85,7 +92,15 @@ from ..scaling import (
     range_error,
 )
 from ._attention import _log_softmax_raw, logits_of
-from ._instance import Instance, mask_kw, pow2_split, split_rows
+from ._instance import (
+    Instance,
+    _products_exact,
+    mask_kw,
+    pow2_split,
+    split_rows,
+    token_values,
+    values_split_mag,
+)
 from ._losses import Loss, LossLike, _logistic_value, correlation, exponential, get_loss, logistic
 
 __all__ = [
@@ -193,9 +208,10 @@ def _forward_scaled(
 ) -> _Forward:
     Xs, ex = split_rows(X, 1)
     zs, ez = split_rows(z, 1)
-    vs, ev = pow2_split(v)
-    a, ea = Xs @ vs, ex + ev  # values_split(X, v), reusing the split of X
-    amag = np.abs(Xs) @ np.abs(vs)  # Σ_k|v_k x_itk| in the same units: the values' rounding scale
+    # values_split_mag: a = X'_i v' (ea = ex_i + ev) where every rescaled product is normal, else each value
+    # from per-entry exponents (v or a key spanning beyond the range: v' flushed values 0.75 to 0);
+    # amag = Σ_k|v_k x_itk| in the same units, the values' rounding scale
+    a, amag, ea = values_split_mag(X, v)
     log_s = _log_softmax_raw(_logits(X, z, W, mask))
     core = np.sum(np.exp(log_s) * a, axis=1)
     with np.errstate(over="ignore", under="ignore"):
@@ -449,18 +465,35 @@ def _no_live_term(
             seq = np.where(np.any(dead, axis=1), log_l + E, -np.inf)
         bound = float(np.max(seq)) - FLOAT_MAX + math.log(2.0 * d * d * T * T)  # log s_it < −FLOAT_MAX
         return _LogGrad(d0, 0.0, 0, 0.0, False, 0.0, bound)
+    if np.any(_hidden(X, v, fw, np.zeros((n, T), dtype=bool), log_l, norms, mask)):
+        return _LogGrad(d0, 0.0, 0, 0.0, False, math.inf)
+    return _LogGrad(d0, 0.0, 0, 0.0, True)
+
+
+def _hidden(
+    X: FloatArray,
+    v: FloatArray,
+    fw: _Forward,
+    live: BoolArray,
+    log_l: FloatArray,
+    norms: FloatArray,
+    mask: BoolArray | None,
+) -> BoolArray:
+    """``(n,)``: the sequences with no live term (every computed ``a_it − a_iu`` 0, ``ℓ'_i ≠ 0``) whose tokens'
+    exact values ``vᵀx`` differ: their contribution to ``∇L`` is hidden below the values' rounding.
+
+    The exact values ``Σ_k v_k x_itk`` are compared in rational arithmetic (doubles are exact rationals), only
+    for sequences with two different tokens of nonzero size (rare: every computed term of them is 0)."""
     different = np.any(X[:, :, None, :] != X[:, None, :, :], axis=3)
     if mask is not None:  # a masked token is no token of its sequence (its zeroed copy differs from others)
         different &= mask[:, :, None] & mask[:, None, :]
     pair_mag = fw.amag[:, :, None] + fw.amag[:, None, :]
-    unsure = different & (pair_mag > 0) & (norms > 0)[:, :, None] & ok_l[:, :, None]
+    ok_l = np.isfinite(log_l) & ~np.any(live, axis=1)
+    unsure = different & (pair_mag > 0) & (norms > 0)[:, :, None] & ok_l[:, None, None]
+    out = np.zeros(X.shape[0], dtype=bool)
     for i in np.flatnonzero(np.any(unsure, axis=(1, 2))):
-        # The rounded values of sequence i are equal but its tokens differ: compare the exact values
-        # Σ_k v_k x_itk in rational arithmetic (doubles are exact rationals), so that only a true
-        # difference hidden by rounding is refused (this branch is rare: every computed term is 0).
-        if len({_exact_value(X[i, t], v) for t in range(T) if mask is None or mask[i, t]}) > 1:
-            return _LogGrad(d0, 0.0, 0, 0.0, False, math.inf)
-    return _LogGrad(d0, 0.0, 0, 0.0, True)
+        out[i] = len({_exact_value(X[i, t], v) for t in range(X.shape[1]) if mask is None or mask[i, t]}) > 1
+    return out
 
 
 def _exact_value(x: FloatArray, v: FloatArray) -> Fraction:
@@ -531,6 +564,18 @@ DATA_SPLIT_BELOW = 2.0**-511
 #: ``2^−1020`` added to ``|a|_t + |a|_u`` covers both values of the pair (and the ``ldexp`` that aligns
 #: the smaller one) in the rounding level.
 VALUE_UNDERFLOW_ALLOWANCE = 2.0**-1020
+
+
+def _below_split(a: FloatArray, e: Any) -> bool:
+    """A nonzero entry of ``a·2^−e`` (``e`` the exponent of its block's largest, broadcast) is below
+    :data:`DATA_SPLIT_BELOW`, decided on the exponents of ``a`` itself: ``m·2^(p−e) < 2^−511`` with
+    ``m ∈ [½, 1)`` iff ``p − e ≤ −511``. (Read from the rescaled array, an entry more than 2^1074 below its
+    block's largest had flushed to 0 and was not seen: ``v = (2^−500, 2^700)`` took the plain form.)"""
+    nz = a != 0
+    if not np.any(nz):
+        return False
+    p = np.frexp(a)[1].astype(np.int64) - np.asarray(e, dtype=np.int64)
+    return bool(np.any(nz & (p <= math.log2(DATA_SPLIT_BELOW))))
 
 
 class _Parts(NamedTuple):
@@ -647,8 +692,10 @@ def _split_parts(
     or data below :data:`DATA_SPLIT_BELOW`).
 
     Every token is rescaled on its own, ``x_it = 2^{o_it} x''_it`` relative to its sequence (``o ≤ 0``), so
-    its value ``a''_it = x''_itᵀv'`` keeps its digits however small the token is next to the others, and
-    the difference of two values is formed in the pair's units ``2^{max(o_t, o_u)}``.
+    its value ``a''_it = x''_itᵀv'`` keeps its digits however small the token is next to the others (where a
+    product of ``x''`` and ``v'`` would leave the normal range, from per-entry exponents,
+    :func:`attnsvm.model._instance.token_values`, at the value's own offset ``vo_it``), and the difference of
+    two values is formed in the pair's units ``2^{max(vo_t, vo_u)}``.
     ``s_it c_it = e^{log s_it + m_it} ĉ_it`` with ``m_it = max_{u: a_iu ≠ a_it} log s_iu`` and
     ``ĉ_it = Σ_u e^{log s_iu − m_it}(a_it − a_iu)`` in the units ``2^{e*_it}`` of its largest pair (its
     largest weight is 1). The exponent ``B_it = log s_it + m_it`` is the same double for a token and its
@@ -659,19 +706,27 @@ def _split_parts(
     ``x_it`` and :data:`VALUE_UNDERFLOW_ALLOWANCE` for products that underflow."""
     n, T, d = X.shape
     Xt, et = split_rows(X, 2)  # x_it = 2^et_it · x''_it, max|x''_it| ∈ [1/2, 1)
-    vs, _ = pow2_split(v)  # the same v' as fw.a: a_it·2^−ea_i = 2^(et_it − ex_i)·x''_itᵀv'
     tok = np.any(Xt != 0, axis=2)
     # o_it: the token's exponent relative to its sequence's (≤ 0); far below for a zero token, which then
     # never sets a pair's units.
     off = np.where(tok, et - fw.ex[:, None], -100000).astype(np.int64)
-    a2 = Xt @ vs
-    amag2 = np.abs(Xt) @ np.abs(vs)
-    pe = np.maximum(off[:, :, None], off[:, None, :])  # a pair's units 2^pe
+    vs, ev = pow2_split(v)
+    if _products_exact(X, v, fw.ex, ev):
+        # a_it·2^−ea_i = 2^vo_it·x''_itᵀv' (vo = et + ev − ea: the key's offset `off` where ea = ex + ev)
+        a2 = Xt @ vs
+        amag2 = np.abs(Xt) @ np.abs(vs)
+        voff = np.where(tok, et + ev - fw.ea[:, None], -100000).astype(np.int64)
+    else:
+        # v (or a key) spans beyond the range: v' would flush entries (values 0.75 came out 0), so each value
+        # from per-entry exponents, a_it = a''_it·2^e_it (token_values), vo = e_it − ea_i ≤ 0
+        a2, amag2, e_tok = token_values(X, v)
+        voff = np.where(amag2 > 0, e_tok - fw.ea[:, None], -100000).astype(np.int64)
+    pe = np.maximum(voff[:, :, None], voff[:, None, :])  # a pair's units 2^pe (relative to 2^ea_i)
     with np.errstate(under="ignore"):
-        dd = np.ldexp(a2[:, :, None], off[:, :, None] - pe) - np.ldexp(a2[:, None, :], off[:, None, :] - pe)
+        dd = np.ldexp(a2[:, :, None], voff[:, :, None] - pe) - np.ldexp(a2[:, None, :], voff[:, None, :] - pe)
         pm = (
-            np.ldexp(amag2[:, :, None], off[:, :, None] - pe)
-            + np.ldexp(amag2[:, None, :], off[:, None, :] - pe)
+            np.ldexp(amag2[:, :, None], voff[:, :, None] - pe)
+            + np.ldexp(amag2[:, None, :], voff[:, None, :] - pe)
             + VALUE_UNDERFLOW_ALLOWANCE
         )
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -722,8 +777,9 @@ def _split_parts(
     with np.errstate(divide="ignore", invalid="ignore"):
         m2, log_mix = _shifted_logsumexp(log_s, np.log(pm) + pe * _LN2, different)
         B2 = log_s + m2
+        # (a sequence without a live term: big_safe = seq_k = 0, so its log_vr is absolute, for _hidden_error)
         log_vr = np.where(
-            np.isfinite(B2) & np.isfinite(big)[:, None],
+            np.isfinite(B2),
             (B2 - big_safe[:, None])
             + log_mix
             + math.log(d * EPS)
@@ -754,13 +810,10 @@ def _log_grad(
     different = np.any(X[:, :, None, :] != X[:, None, :, :], axis=3)  # (n, T, T); False on the diagonal
     sign_l, log_l = signed_log_derivative(loss, Y * fw.f)
     finite_s = np.abs(log_s[np.isfinite(log_s)])
-    xs_nz = np.abs(fw.Xs[fw.Xs != 0])
-    vs_nz = np.abs(pow2_split(v)[0])
-    vs_nz = vs_nz[vs_nz != 0]
     split = (
         (finite_s.size > 0 and float(np.max(finite_s)) > LOG_WEIGHT_SPLIT)
-        or (xs_nz.size > 0 and float(np.min(xs_nz)) < DATA_SPLIT_BELOW)
-        or (vs_nz.size > 0 and float(np.min(vs_nz)) < DATA_SPLIT_BELOW)
+        or _below_split(X, fw.ex[:, None, None])
+        or _below_split(v, pow2_split(v)[1])
     )
     if split:
         parts = _split_parts(log_s, fw, X, v, different, log_l, sign_l * Y)
@@ -834,6 +887,20 @@ def _log_grad(
     G = np.einsum("nt,ntd,ne->de", scaled, parts.keys, fw.zs)
     magnitude = float(np.sum(sized))
     value_error = float(np.sum(vr))
+    hidden = _hidden(X, v, fw, parts.live, log_l, norms, mask)
+    if np.any(hidden):
+        # A sequence with no live term whose exact values differ (a difference below their rounding): its
+        # true term is at most its values' rounding, which enters the rounding level as the others' does
+        # (left out, its contribution was silently dropped: values 1 and 1 + 2^−60 next to a live sequence
+        # 1e11 times smaller gave that sequence's direction). Its log_vr is absolute (no live term: no shift),
+        # so in G's units: (log_l_i − log_l*) + (log_vr_it − big* − small_top*) and 2^(E_i − E*).
+        with np.errstate(invalid="ignore"):
+            rel_l = np.where(hidden, log_l - log_l[star], -np.inf)[:, None]
+            D_h = rel_l + (parts.log_vr - (parts.big[star] + float(top_small[star, 0])))
+        D_h = np.where(hidden[:, None] & np.isfinite(D_h), D_h, -np.inf)
+        value_error += float(
+            np.sum(_exp2(D_h, np.broadcast_to((fw.ea + fw.ex + fw.ez - E_star)[:, None], D_h.shape)))
+        )
     return _LogGrad(G, top, E_star, magnitude, False, value_error)
 
 
@@ -900,12 +967,46 @@ def risk_grad_of(
 
 
 def signed_log_derivative(loss: "Loss | LossLike", u: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``(sign ℓ'(u), log|ℓ'(u)|)``, from the loss's log form when it has one."""
+    """``(sign ℓ'(u), log|ℓ'(u)|)``, from the loss's log form when it has one.
+
+    ``log|ℓ'| = −inf`` (``ℓ' = 0``) is returned; ``log|ℓ'| = +inf`` or NaN (a custom loss whose derivative, or
+    its log, overflows at a margin ``u``) raises :class:`~attnsvm.NumericalError` naming the margin, never
+    handed on: a ``+inf`` log read as "no live term" made the gradient "exactly zero" (and ``risk_grad``
+    returned 0) where the true ``∇L`` is not 0.
+    """
+    u = np.asarray(u, dtype=np.float64)
     if isinstance(loss, Loss) and loss.log_neg_derivative_fn is not None:
-        return -np.ones_like(u), np.asarray(loss.log_neg_derivative_fn(u), dtype=np.float64)
-    d = _finite(np.asarray(loss.derivative(u), dtype=np.float64), "the loss derivative")
+        log_d = np.asarray(loss.log_neg_derivative_fn(u), dtype=np.float64)
+        _check_log_derivative(log_d, u)
+        return -np.ones_like(u), log_d
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.asarray(loss.derivative(u), dtype=np.float64)
+    if not np.all(np.isfinite(d)):
+        i = int(np.flatnonzero(~np.isfinite(np.broadcast_to(d, u.shape)))[0])
+        raise NumericalError(
+            f"the loss derivative is not finite (NaN or Inf) at the margin u = Y_{i} f_{i} = {float(u.flat[i]):.6g}: "
+            "ℓ'(u) overflows float64's range [2.2e-308, 1.8e308] there (never a zero gradient). Give the loss "
+            "a log_neg_derivative_fn (attnsvm.Loss(..., log_neg_derivative_fn=...): log(−ℓ'(u)), finite where "
+            "ℓ' itself overflows), or rescale the data (v, X) so that the margins Y_i f_i are moderate"
+        )
     with np.errstate(divide="ignore"):
         return np.sign(d), np.log(np.abs(d))
+
+
+def _check_log_derivative(log_d: FloatArray, u: FloatArray) -> None:
+    """Raise where ``log(−ℓ'(u))`` from a loss's ``log_neg_derivative_fn`` is ``+inf`` or NaN (``−inf``,
+    ``ℓ' = 0``, is a value)."""
+    bad = np.isnan(log_d) | np.isposinf(log_d)
+    if np.any(bad):
+        i = int(np.flatnonzero(np.broadcast_to(bad, u.shape))[0])
+        what = "NaN" if bool(np.isnan(np.broadcast_to(log_d, u.shape).flat[i])) else "+inf"
+        raise NumericalError(
+            f"the loss derivative is not finite at the margin u = Y_{i} f_{i} = {float(u.flat[i]):.6g}: the "
+            f"loss's log_neg_derivative_fn gives log(−ℓ'(u)) = {what}, so |ℓ'(u)| overflows float64's range "
+            "[2.2e-308, 1.8e308] even in logs (never a zero gradient). Make log_neg_derivative_fn return "
+            "log(−ℓ'(u)) as a finite number there (computed without exponentiating), or rescale the data "
+            "(v, X) so that the margins Y_i f_i are moderate"
+        )
 
 
 def _masked_logsumexp(vals: FloatArray, mask: NDArray[np.bool_], axis: int) -> FloatArray:
@@ -988,7 +1089,8 @@ def risk_grad(inst: Instance, W: ArrayLike, *, loss: "str | LossLike" = "logisti
     output ``f_i`` exceeds 1.8e308, when a logit gap exceeds 1.8e308 and no other term survives.
     Accuracy: normwise error ``≲ (nT+T+d)·eps·M̃ + 2δl·M̃ + κδf·M̃ + VE`` (module docstring); raises
     ``NumericalError`` ("rounding level") when ``||∇L|| ≤ 8·(nT·eps·M + VE)``, where the computed value
-    would be mostly rounding, and ("undetermined") where ``ℓ'(Y_i f_i)`` has no correct digit.
+    would be mostly rounding, and ("undetermined") where ``ℓ'(Y_i f_i)`` has no correct digit, and ("not finite")
+    where a custom loss's ``ℓ'(Y_i f_i)`` overflows even in logs (:func:`signed_log_derivative`; never a 0).
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898, eq. for ∇L.
     """
@@ -1038,7 +1140,8 @@ def normalized_risk_grad(
     at any ``||W||``. Raises :class:`~attnsvm.NumericalError` when
     a logit or an output ``f_i`` exceeds 1.8e308 (naming it), when a logit gap exceeds 1.8e308 and no
     other term survives (``log||∇L||`` is then below −1.8e308), when the contributions cancel to
-    rounding level (``||∇L|| ≤ 8·(nT·eps·M + VE)``) and where ``ℓ'(Y_i f_i)`` is undetermined.
+    rounding level (``||∇L|| ≤ 8·(nT·eps·M + VE)``), where ``ℓ'(Y_i f_i)`` is undetermined, and where a custom
+    loss's ``ℓ'(Y_i f_i)`` overflows even in logs (``log|ℓ'| = +inf`` or NaN: "not finite", never "exactly zero").
     """
     lo = get_loss(loss)
     Wa = inst.check_weights(W)

@@ -72,16 +72,89 @@ def split_rows(a: ArrayLike, lead: int = 1) -> tuple[NDArray[np.float64], NDArra
     return np.ldexp(arr, -e.reshape(e.shape + (1,) * len(axes))), e
 
 
-def values_split(X: ArrayLike, v: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
-    """``(a', e)`` with ``vᵀx_it = a'_it · 2^e_i``, ``a' = X'_i v'`` from per-sequence rescaled ``X``.
+#: The values are formed as products of the rescaled data (``X'_i v'``, each sequence's keys and ``v`` scaled
+#: to largest entry in ``[½, 1)``) only while every product of two nonzero rescaled entries is a normal
+#: double: their binary exponents (relative to the largest, from ``frexp``) sum to at least this (a product
+#: ``≥ ¼·2^−1020 = 2^−1022``). The common case, bit for bit as before. Otherwise an entry of ``v'`` (or of a
+#: key) fell below the normal range against the largest one (``v`` spanning more than 2^1074 was flushed to
+#: 0: values 0.75 came out 0): :func:`token_values` forms each value from per-entry exponents instead.
+PRODUCTS_EXACT_EXPONENT = -1020
 
-    ``|a'| ≤ d``: no product overflows, whatever the size of ``X`` and ``v``; each sequence is
-    scaled on its own, so a sequence far smaller than another keeps its digits. Products that
-    underflow in the rescaled data lose at most ``2^−1074`` relative to ``max|x_i·|·max|v|``.
+
+def _products_exact(X: ArrayLike, v: ArrayLike, ex: NDArray[np.int64], ev: int) -> bool:
+    """Every product ``x'_itk·v'_k`` of the rescaled data (``x' = x·2^−ex_i``, ``v' = v·2^−ev``) whose entries
+    are nonzero is a normal double (:data:`PRODUCTS_EXACT_EXPONENT`), whatever was rounded in forming
+    ``x'`` or ``v'``: decided on the exponents of ``X`` and ``v`` themselves."""
+    Xa, va = np.asarray(X, dtype=np.float64), np.asarray(v, dtype=np.float64)
+    big = np.iinfo(np.int64).max
+    px = np.frexp(Xa)[1].astype(np.int64)
+    lead = tuple(range(1, Xa.ndim))
+    qx = np.min(np.where(Xa != 0, px, big), axis=lead, initial=big)  # per sequence
+    if not np.any(qx < big) or not np.any(va != 0):
+        return True  # no nonzero product
+    rel_x = int(np.min(np.where(qx < big, qx - ex, 0)))
+    rel_v = int(np.min(np.frexp(va[va != 0])[1])) - int(ev)
+    return rel_x + rel_v >= PRODUCTS_EXACT_EXPONENT
+
+
+def token_values(
+    X: ArrayLike, v: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
+    """``(a', m', e)`` per token: ``vᵀx_t = a'_t·2^e_t`` and ``Σ_k|v_k x_tk| = m'_t·2^e_t`` (shape ``X[..., 0]``).
+
+    Each product from the exact per-entry split ``v_k = μ_k·2^p_k``, ``x_tk = ν_tk·2^q_tk`` (``frexp``,
+    ``μ, ν ∈ [½, 1)``): ``v_k x_tk = (μ_k ν_tk)·2^(p_k + q_tk)`` (one rounding, as ``v_k·x_tk``, never an
+    under- or overflow), the terms aligned on the token's largest, ``e_t = max_k (p_k + q_tk)``, and summed:
+    ``m'_t ∈ [¼, d]`` and ``|a'_t| ≤ m'_t`` (``a' = m' = e = 0`` for a token with no nonzero term). A term
+    more than 2^1074 below its token's largest is lost (≤ ``2^−1075·2^e_t`` each, below ``eps·m'_t·2^e_t``):
+    each value to ``≲ d·eps·Σ_k|v_k x_tk|`` however far apart the entries of ``v`` and ``x_t`` are.
+    """
+    mv, pv = np.frexp(np.asarray(v, dtype=np.float64))
+    mx, px = np.frexp(np.asarray(X, dtype=np.float64))
+    prod = mx * mv
+    pe = px.astype(np.int64) + pv.astype(np.int64)
+    nz = prod != 0
+    e = np.max(np.where(nz, pe, np.iinfo(np.int64).min), axis=-1, initial=np.iinfo(np.int64).min)
+    e = np.where(np.any(nz, axis=-1), e, 0).astype(np.int64)
+    with np.errstate(under="ignore"):
+        terms = np.ldexp(prod, np.where(nz, pe - e[..., None], 0))
+    return np.sum(terms, axis=-1), np.sum(np.abs(terms), axis=-1), e
+
+
+def values_split_mag(
+    X: ArrayLike, v: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
+    """``(a', m', e)`` with ``vᵀx_it = a'_it·2^e_i`` and ``Σ_k|v_k x_itk| = m'_it·2^e_i``: one exponent per sequence.
+
+    ``|a'| ≤ m' ≤ d``. Where every product of the rescaled data is normal (:func:`_products_exact`),
+    ``a' = X'_i v'`` with per-sequence rescaled ``X`` and ``v`` (``e = ex_i + ev``, as always); otherwise the
+    values of :func:`token_values`, aligned on each sequence's largest ``e_t``: a value more than 2^1074 below
+    its sequence's largest ``Σ_k|v_k x_k|`` rounds on the subnormal grid (absolute ``≤ 2^−1075·2^e_i``).
     """
     Xs, ex = split_rows(X, 1)
     vs, ev = pow2_split(v)
-    return Xs @ vs, ex + ev
+    if _products_exact(X, v, ex, ev):
+        return Xs @ vs, np.abs(Xs) @ np.abs(vs), ex + ev
+    a, m, et = token_values(X, v)
+    live = m > 0
+    lead = tuple(range(1, et.ndim))
+    e = np.max(np.where(live, et, np.iinfo(np.int64).min), axis=lead, initial=np.iinfo(np.int64).min)
+    e = np.where(np.any(live, axis=lead), e, 0).astype(np.int64)
+    shift = np.where(live, et - e.reshape(e.shape + (1,) * len(lead)), 0)
+    with np.errstate(under="ignore"):
+        return np.ldexp(a, shift), np.ldexp(m, shift), e
+
+
+def values_split(X: ArrayLike, v: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """``(a', e)`` with ``vᵀx_it = a'_it · 2^e_i``: :func:`values_split_mag` without the magnitudes.
+
+    ``|a'| ≤ d``: no product overflows, whatever the size of ``X`` and ``v``; each sequence is
+    scaled on its own, so a sequence far smaller than another keeps its digits, and each value is formed
+    from per-entry exponents where the rescaled products would leave the normal range (``v`` or a key
+    spanning more than float64's range), so a value loses at most ``2^−1075·2^e_i`` (its sequence's largest).
+    """
+    a, _, e = values_split_mag(X, v)
+    return a, e
 
 
 def _check_mask(mask: Any, n: int, T: int) -> NDArray[np.bool_] | None:
@@ -291,8 +364,10 @@ class Instance:
     def values(self) -> FloatArray:
         """Token values ``a_it = vᵀx_it``, shape ``(n, T)``.
 
-        Scale: any finite data; each value to absolute error ``≲ d·eps·Σ_k|v_k x_itk|`` (plus
-        ``d·2^−1074·max|x_i··|·max|v|``, products lost against the sequence's largest). Raises
+        Scale: any finite data; each value to absolute error ``≲ d·eps·Σ_k|v_k x_itk|``, however far apart
+        the entries of ``v`` and ``x_it`` are (where the products of the rescaled data would leave the normal
+        range, each value is formed from per-entry exponents, :func:`token_values`: ``v`` spanning more than
+        2^1074 made values 0.75 come out 0). Raises
         :class:`~attnsvm.NumericalError` when a value exceeds 1.8e308, or when a nonzero
         ``Σ_k|v_k x_itk|`` is below 2.2e-308 (the value would lose its digits to underflow).
 
@@ -300,23 +375,27 @@ class Instance:
         """
         Xs, ex = split_rows(self.keys, 1)
         vs, ev = pow2_split(self.v)
-        a = Xs @ vs
-        mag = np.abs(Xs) @ np.abs(vs)
-        e = (ex + ev)[:, None]
+        if _products_exact(self.keys, self.v, ex, ev):  # every product of the rescaled data normal: as always
+            a = Xs @ vs
+            mag = np.abs(Xs) @ np.abs(vs)
+            e = (ex + ev)[:, None]
+        else:  # v or a key spans beyond the range: each value from per-entry exponents (token_values)
+            a, mag, e = token_values(self.keys, self.v)
         with np.errstate(over="ignore", under="ignore"):
             out = np.ldexp(a, e)
             m = np.ldexp(mag, e)
         if not np.all(np.isfinite(out)):
             r = np.argwhere(~np.isfinite(out))[0]
             raise range_error(
-                "the token values vᵀx_it", math.log(abs(float(a[tuple(r)]))) + float(e[r[0], 0]) * _LN2
+                "the token values vᵀx_it",
+                math.log(abs(float(a[tuple(r)]))) + float(np.broadcast_to(e, a.shape)[tuple(r)]) * _LN2,
             )
         low = (mag > 0) & (m < FLOAT_TINY)
         if np.any(low):
             r = np.argwhere(low)[0]
             raise range_error(
                 "the token values vᵀx_it (the size Σ_k|v_k x_itk| of a nonzero one)",
-                math.log(float(mag[tuple(r)])) + float(e[r[0], 0]) * _LN2,
+                math.log(float(mag[tuple(r)])) + float(np.broadcast_to(e, a.shape)[tuple(r)]) * _LN2,
                 remedy="Scale v or X up (optimal_tokens does not need the values themselves)",
             )
         return out
@@ -337,17 +416,20 @@ class Instance:
 
         Scale: any finite data, never over/underflows: the scores of each sequence are formed from
         its tokens and ``v`` rescaled by powers of two (argmax and ties are invariant under
-        ``X → cX``, ``v → cv``, ``c > 0``), so the answer is the same at every scale.
+        ``X → cX``, ``v → cv``, ``c > 0``), so the answer is the same at every scale; from per-entry
+        exponents where ``v`` or a key spans beyond the range (:func:`values_split_mag`: with ``v`` flushed
+        to 0 a sequence's scores were all 0, a false tie).
         """
-        Xs, _ = split_rows(self.keys, 1)  # each sequence on its own: argmax and ties are per sequence
-        vs, _ = pow2_split(self.v)
-        gamma = self.Y[:, None] * (Xs @ vs)  # γ_i· · 2^−(ex_i+ev): |γ'| ≤ d
+        # each sequence on its own (argmax and ties are per sequence), its values formed as values_split_mag
+        # gives them (from per-entry exponents where v or a key spans beyond the range)
+        a, amag, _ = values_split_mag(self.keys, self.v)
+        gamma = self.Y[:, None] * a  # γ_i· · 2^−e_i: |γ'| ≤ d
         if self.mask is not None:
             gamma = np.where(self.mask, gamma, -np.inf)  # finite − (−inf) = inf: never a tie, never NaN
         # Rounding level of each score, Σ_k|v_k x_itk| (scale-equivariant, unlike max(1, |γ|)), and,
         # outside the relative factor (inside it 2^−46 would round it away), the d products that may
         # have underflowed in the rescaled data: two scores closer than that are not told apart.
-        level = np.max(np.abs(Xs) @ np.abs(vs), axis=1)
+        level = np.max(amag, axis=1)
         opt = np.argmax(gamma, axis=1)
         top2 = np.sort(gamma, axis=1)[:, -2:]
         tol = TIE_RTOL * level + self.d * _TRUE_MIN

@@ -180,19 +180,38 @@ def _ldp_nnls(
     return G.T @ y / denom, fold(y / denom), None
 
 
+def _refuse_zero_rows(
+    zero: NDArray[np.bool_], b: FloatArray, eq: NDArray[np.bool_], *, explained: bool = False
+) -> None:
+    """Raise :class:`InfeasibleMinNormError` at the first identically zero row ``a_r = 0`` that asks for a
+    nonzero right-hand side (``a_rᵀw = b_r ≠ 0``, or ``a_rᵀw ≥ b_r > 0``): no ``w`` satisfies it, whatever its
+    norm. The certificate is ``c = sign(b_r)·e_r`` (``Σ c_r a_r = 0``, ``Σ c_r b_r > 0``), the norm bound ``inf``.
+
+    ``explained``: the message of :func:`min_norm_dual`'s infeasibility (the rows, the certificate's meaning
+    and what to do) around the bare one of :func:`_core` (``row r is identically zero but asks for ...``).
+    """
+    bad = zero & np.where(eq, b != 0.0, b > 0.0)
+    if not np.any(bad):
+        return
+    r = int(np.flatnonzero(bad)[0])
+    cert = np.zeros(b.size)
+    cert[r] = np.sign(b[r])
+    what = f"row {r} is identically zero but asks for {'=' if eq[r] else '≥'} {b[r]:.6g}"
+    if explained:
+        what = (
+            f"min-norm problem infeasible: rows [{r}] cannot hold together ({what}); the combination Σ c_r a_r "
+            "with certificate c ≥ 0 vanishes while Σ c_r b_r > 0, so any solution would need ||w|| ≥ inf. "
+            "Drop or relax one of these rows."
+        )
+    raise InfeasibleMinNormError(what, cert, np.inf)
+
+
 def _core(L: FloatArray, b: FloatArray, eq: NDArray[np.bool_], hint: IntArray | None) -> _Core:
     """Exact least-norm solve of ``min ½||u||² s.t. L_r u ≥ b_r (= on eq)``; see :func:`min_norm_dual`."""
     m, k = L.shape
     rn = np.linalg.norm(L, axis=1)
     zero = rn == 0.0
-    bad = zero & np.where(eq, b != 0.0, b > 0.0)
-    if np.any(bad):
-        r = int(np.flatnonzero(bad)[0])
-        cert = np.zeros(m)
-        cert[r] = np.sign(b[r])
-        raise InfeasibleMinNormError(
-            f"row {r} is identically zero but asks for {'=' if eq[r] else '≥'} {b[r]:.6g}", cert, np.inf
-        )
+    _refuse_zero_rows(zero, b, eq)
     live = np.flatnonzero(~zero)
     # Row-normalise (the feasible set and the least-norm point do not change) and scale b to
     # max|b| = 1: the conditioning then reflects only the geometry of the rows.
@@ -460,7 +479,6 @@ def _solve_equilibrated(
     ``R``, ``kr − R`` the equilibration of the mantissa rows) at the posed scale of :func:`_min_norm_rows`.
     Returns the solution and ``Gb``.
     """
-    m = ba.size
     bexp = np.frexp(ba)[1].astype(np.int64) - kr
     # the scale is set by the rows that can bind away from w = 0 (see _core); a very negative b_r of an
     # inequality is clamped at −VACUOUS_RHS (it cannot bind), so nothing overflows
@@ -470,20 +488,8 @@ def _solve_equilibrated(
         bs = np.ldexp(ba, -kr - Gb)  # binding max |b'| ∈ [½, 1); entries 2^-1074 below it flush (negligible)
     bs = np.where(eq, bs, np.maximum(bs, -VACUOUS_RHS))
     # A zero row (K_rr = 0) asking for a nonzero right-hand side: reported with b as given (the scaled
-    # problem would quote b'_r).
-    bad = zero & np.where(eq, ba != 0.0, ba > 0.0)
-    if np.any(bad):
-        r = int(np.flatnonzero(bad)[0])
-        cert = np.zeros(m)
-        cert[r] = np.sign(ba[r])
-        raise InfeasibleMinNormError(
-            f"min-norm problem infeasible: rows [{r}] cannot hold together (row {r} is identically zero but "
-            f"asks for {'=' if eq[r] else '≥'} {ba[r]:.6g}); the combination Σ c_r a_r with certificate c ≥ 0 "
-            "vanishes while Σ c_r b_r > 0, so any solution would need ||w|| ≥ inf. Drop or relax one of "
-            "these rows.",
-            cert,
-            np.inf,
-        )
+    # problem would quote b'_r), in the words of the infeasibility message below.
+    _refuse_zero_rows(zero, ba, eq, explained=True)
     try:
         core = _core(L, bs, eq, hint)
     except InfeasibleMinNormError as err:
