@@ -143,15 +143,17 @@ def test_scale_exponents_and_the_maps_are_exact() -> None:
         )
 
 
+@pytest.mark.parametrize("kernel", ["eager", "fused"])
 @pytest.mark.parametrize("path", BatchEngine.PATHS)
-def test_direction_in_the_users_scale_equals_the_single_form(path: str) -> None:
+def test_direction_in_the_users_scale_equals_the_single_form(path: str, kernel: str) -> None:
     """Oracle: normalized_risk_grad on the user's data at the user's W. Data 2^±600 away from unit scale
     (||x||² alone overflows), W from moderate to saturated (||W'|| = 1e4: every instance on the log-domain
     path): the engine's direction at to_engine_scale(W) is the user's, log||∇L|| = the engine's + k ln 2,
-    and the risk is scale-free."""
+    and the risk is scale-free. The eager paths and the fused kernel (the log-domain form everywhere)."""
     base = [A.random_instance(4, 6, 8, seed=s) for s in range(3)]
     insts = [_far(base[0], 600, 0), _far(base[1], -500, 300), _far(base[2], 0, -600)]
-    eng = BatchEngine.from_instances(insts, path=path)
+    eng = BatchEngine.from_instances(insts, path=path, kernel=kernel)
+    assert eng.kernel == kernel
     k = eng.scale_exponents
     assert np.all(k != 0)
     U = np.stack([A.solve_svm(i).W for i in base])
@@ -160,7 +162,8 @@ def test_direction_in_the_users_scale_equals_the_single_form(path: str) -> None:
         # W in the user's scale: the unit-data direction U·scale mapped back by 2^−k
         W = np.stack([np.ldexp(scale * U[b], -int(k[b])) for b in range(3)])
         D, log_norm = eng.direction(eng.to_engine_scale(torch.as_tensor(W)))
-        assert eng.log_path.all() if path == "log" or scale == 1e4 else not eng.log_path.any()
+        on_log = kernel == "fused" or path == "log" or scale == 1e4
+        assert eng.log_path.all() if on_log else not eng.log_path.any()
         risk = eng.risk(eng.to_engine_scale(torch.as_tensor(W)))
         for b, inst in enumerate(insts):
             ref = A.normalized_risk_grad(inst, W[b])
@@ -202,12 +205,13 @@ def test_log_path_reports_saturated_and_moderate_instances() -> None:
     W = np.zeros((3, 8, 8))
     W[1] = 1000.0 * Wmm / np.linalg.norm(Wmm)
     assert A.normalized_risk_grad(insts[1], W[1]).log_norm < LOG_SATURATED
-    auto, log = BatchEngine.from_instances(insts), BatchEngine.from_instances(insts, path="log")
+    auto = BatchEngine.from_instances(insts, kernel="eager")  # the eager paths' choice
+    log = BatchEngine.from_instances(insts, path="log", kernel="eager")
     with pytest.raises(AttnSVMError, match="call one first"):
         _ = auto.log_path
     auto.direction(torch.as_tensor(W))
     assert auto.log_path.tolist() == [False, True, False]
-    assert auto.stats == {"fast": 0, "log": 0, "mixed": 1}
+    assert auto.stats == {"fast": 0, "log": 0, "mixed": 1, "fused": 0}
     log.gradient(torch.as_tensor(W))
     assert log.log_path.tolist() == [True, True, True]
     Wt = torch.zeros((3, 8, 8), dtype=torch.float64)

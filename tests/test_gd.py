@@ -276,10 +276,11 @@ def test_batched_fast_path_equals_log_domain_path_and_switches_per_instance(loss
     direction and log-norm to 1e-12 at every ||W||, including batches where only some instances
     have underflowing weights (the switch is per instance and per step). White-box in one respect: the
     engine's streak heuristic (``_log_streak``, LOG_FRACTION) is reset before each call, so that the
-    per-call, per-instance choice is what is compared."""
+    per-call, per-instance choice is what is compared. The eager paths (kernel="eager"): the fused kernel
+    computes the log-domain form everywhere (tests/test_fused_kernel.py)."""
     insts = [A.random_instance(4, 6, 8, seed=s, family=f) for s in range(4) for f in ("gaussian", "unit")]
-    fast = BatchEngine.from_instances(insts, loss=loss)
-    slow = BatchEngine.from_instances(insts, loss=loss, path="log")
+    fast = BatchEngine.from_instances(insts, loss=loss, kernel="eager")
+    slow = BatchEngine.from_instances(insts, loss=loss, path="log", kernel="eager")
     dirs = np.stack([solve_svm(i).W for i in insts])
     dirs /= np.linalg.norm(dirs, axis=(1, 2), keepdims=True)
     rng = np.random.default_rng(0)
@@ -901,11 +902,11 @@ def test_batched_instances_of_different_scales_each_equal_their_single_run() -> 
 
 
 def test_batched_default_is_the_fast_path() -> None:
-    # Documented default fast_path=True: the default run is bit-for-bit the fast-path run.
+    # Documented default fast_path=True (eager paths): the default run is bit-for-bit the fast-path run.
     insts = [A.random_instance(4, 6, 8, seed=s) for s in range(3)]
-    default = run_gd_batch(insts, 50, 0.1)
-    fast = run_gd_batch(insts, 50, 0.1, fast_path=True)
-    log = run_gd_batch(insts, 50, 0.1, fast_path=False)
+    default = run_gd_batch(insts, 50, 0.1, kernel="eager")
+    fast = run_gd_batch(insts, 50, 0.1, fast_path=True, kernel="eager")
+    log = run_gd_batch(insts, 50, 0.1, fast_path=False, kernel="eager")
     np.testing.assert_array_equal(default.W, fast.W)
     assert not np.array_equal(default.W, log.W)  # the paths agree to rounding, not bit for bit
 
@@ -994,16 +995,16 @@ def test_batched_engine_retries_the_fast_path_every_log_retry_calls() -> None:
     calls 2…LOG_RETRY stay on the log path, call LOG_RETRY + 1 is fast again (stats and log_path)."""
     insts = [A.random_instance(4, 6, 8, seed=s) for s in range(2)]
     W_sat = np.stack([1000 * solve_svm(i).W / np.linalg.norm(solve_svm(i).W) for i in insts])
-    eng = BatchEngine.from_instances(insts, loss="logistic")
+    eng = BatchEngine.from_instances(insts, loss="logistic", kernel="eager")
     eng.direction(torch.as_tensor(W_sat))
-    assert eng.stats == {"fast": 0, "log": 1, "mixed": 0} and eng.log_path.tolist() == [True, True]
+    assert eng.stats == {"fast": 0, "log": 1, "mixed": 0, "fused": 0} and eng.log_path.tolist() == [True, True]
     W0 = torch.zeros((2, 8, 8), dtype=torch.float64)
     for _ in range(BatchEngine.LOG_RETRY - 1):
         eng.direction(W0)
-    assert eng.stats == {"fast": 0, "log": BatchEngine.LOG_RETRY, "mixed": 0}
+    assert eng.stats == {"fast": 0, "log": BatchEngine.LOG_RETRY, "mixed": 0, "fused": 0}
     assert eng.log_path.tolist() == [True, True]
     eng.direction(W0)
-    assert eng.stats == {"fast": 1, "log": BatchEngine.LOG_RETRY, "mixed": 0}
+    assert eng.stats == {"fast": 1, "log": BatchEngine.LOG_RETRY, "mixed": 0, "fused": 0}
     assert eng.log_path.tolist() == [False, False]
 
 
@@ -1018,7 +1019,7 @@ def test_batched_mixed_step_scales_an_accepted_instance_with_a_tiny_gradient() -
     b = A.Instance(X=b.X, Y=b.Y, z=b.z, v=1e-200 * b.v)
     Wc = solve_svm(c).W
     W = np.stack([0.3 * np.eye(8), 0.3 * np.eye(8), 1000 * Wc / np.linalg.norm(Wc)])
-    eng = BatchEngine.from_instances([a, b, c], loss=logistic)
+    eng = BatchEngine.from_instances([a, b, c], loss=logistic, kernel="eager")
     assert not eng.scale_exponents.any()  # the values are small, not the keys or queries: no rescaling
     D, ln = eng.direction(torch.as_tensor(W))
     assert eng.stats["mixed"] == 1 and eng.log_path.tolist() == [False, False, True]

@@ -259,15 +259,18 @@ def _double_exponential() -> A.Loss:
 def test_a_custom_loss_whose_derivative_overflows_gets_the_documented_message() -> None:
     """Oracle: by hand, d = 1, tokens 1 and 3, v = −360, at W = 0: f = ½(−360 − 1080) = −720, and
     log(−ℓ'(−720)) = 720 + e^{720} is not a double (e^{720} > FLOAT_MAX): the gradient is not finite.
-    The documented message names the instance, the step and the cause (plain GD: no cancellation test)."""
+    The single form's message (oracle: normalized_risk_grad's own refusal of the instance), after the
+    step and the instance, for both updates: the cause is named, never a zero or cancelled gradient."""
     inst = A.Instance(X=[[[1.0], [3.0]]], Y=[1.0], v=[-360.0], z=[[1.0]])
     assert 720.0 > math.log(float(np.finfo(np.float64).max))
-    with pytest.raises(NumericalError) as exc:
-        run_gd_batch([inst], 1, 0.1, normalized=False, loss=_double_exponential(), record_at=[0])
-    assert str(exc.value) == (
-        "instance 0: the risk gradient is exactly zero or not finite at or before step 0 "
-        "(stationary W or a custom loss that overflows); its normalized direction is undefined"
-    )
+    with pytest.raises(NumericalError) as single:
+        A.normalized_risk_grad(inst, np.zeros((1, 1)), loss=_double_exponential())
+    assert "u = Y_0 f_0 = -720" in str(single.value)
+    for normalized in (False, True):
+        kind = "normalized" if normalized else "plain"
+        with pytest.raises(NumericalError) as exc:
+            run_gd_batch([inst], 1, 0.1, normalized=normalized, loss=_double_exponential(), record_at=[0])
+        assert str(exc.value) == f"{kind} GD at step 0: instance 0: {single.value}"
 
 
 def test_a_risk_below_the_normal_range_is_refused_like_run_gd_not_recorded_as_zero() -> None:

@@ -342,15 +342,10 @@ def test_run_gd_first_step_on_a_v_spanning_beyond_the_range(make: object) -> Non
     assert np.linalg.norm(tr.W / (-LR) - orc.direction) <= orc.tol(inst.d) + 4 * EPS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attnsvm/gd/_torch_engine.py (_init_spread) finds v's spread from split_rows(v, 1), which flushes "
-    "entries more than 2^1074 below v's largest to 0: such an instance is not routed to the single form and "
-    "its values come out 0 (1.41 off here; 'both' is refused as cancelled). Fix there: decide from frexp "
-    "exponents of v itself (an entry 2^−511 below the largest).",
-)
 def test_run_gd_batch_first_step_on_a_v_spanning_beyond_the_range() -> None:
-    """``run_gd_batch``'s first step on the reproducer against the oracle (as ``run_gd``, above)."""
+    """``run_gd_batch``'s first step on the reproducer against the oracle (as ``run_gd``, above). Regression:
+    the engine found v's spread from ``split_rows(v, 1)``, which flushes entries 2^1074 below the largest to 0
+    (the instance was not routed to the single form: 1.41 off); it reads v's own exponents now."""
     inst = _reproducer()
     orc = _Oracle(inst, np.zeros((2, 2)))
     tb = A.run_gd_batch([inst], 1, LR, kernel="eager")

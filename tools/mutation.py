@@ -204,6 +204,7 @@ PATHS: dict[str, tuple[str, ...]] = {
         "attnsvm/gd/_scaled.py",
         "attnsvm/gd/_single.py",
         "attnsvm/gd/_torch_engine.py",
+        "attnsvm/gd/_fused.py",
         "attnsvm/gd/_stack.py",
         "attnsvm/gd/_batch.py",
         "attnsvm/gd/_paths.py",

@@ -101,6 +101,20 @@ def _check_iterates(Wn: FloatArray, what: str) -> None:
         _check_iterate(Wn[b], what.format(b=b))
 
 
+def _first_argmax(logits: Any) -> Any:
+    """``argmax_t l_it``, the first maximiser, of ``(T, B, n)`` logits: shape ``(B, n)``. As ``argmax(dim=0)``
+    (the first maximal index), in three passes over contiguous slabs (torch's strided ``argmax`` over the
+    leading dimension takes ~100× longer); a sequence whose logits hold a NaN gives ``T`` (never recorded: a
+    record step refuses non-finite logits first)."""
+    import torch
+
+    T = logits.shape[0]
+    rank = torch.arange(T, 0, -1, dtype=logits.dtype, device=logits.device).view(
+        T, 1, 1
+    )  # first ranks highest
+    return T - (logits == logits.amax(dim=0)).to(logits.dtype).mul_(rank).amax(dim=0).to(torch.int64)
+
+
 def _fro_batch(Wn: FloatArray) -> FloatArray:
     """``[_fro(W_b) for b]`` of a C-contiguous ``(B, d, d)`` array, bit for bit, in a few vectorised passes.
 
@@ -251,8 +265,9 @@ class _Recorder:
                 raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
         return risk_np
 
-    def record(self, W: Any, t: int, log_norm: Any) -> None:
-        """Check and record the iterate ``W_t`` (user's scale) and its ``log||∇L(W_t)||``."""
+    def record(self, W: Any, t: int, log_norm: Any, *, gradient_at_W: bool = False) -> None:
+        """Check and record the iterate ``W_t`` (user's scale) and its ``log||∇L(W_t)||``; with
+        ``gradient_at_W`` the engine's last gradient call was at this ``W`` and its logits are reused."""
         import torch
 
         eng, rec, ref, B = self.eng, self.rec, self.ref, self.eng.B
@@ -263,11 +278,14 @@ class _Recorder:
         self.check_logits(W, t)  # the logit bound of run_gd, at every record (the last step included)
         Wn = W.cpu().numpy().copy()
         _check_iterates(Wn, f"the iterate W_{t} of instance {{b}}")
-        logits, log_s = eng.log_s(self.logit_scale(W))
+        logits = eng._last_logits() if gradient_at_W else None
+        if logits is None:
+            logits = eng.logits(self.logit_scale(W))
+        log_s = torch.log_softmax(logits, dim=0)
         rec["steps"].append(t)
         rec["norms"].append(_fro_batch(Wn))
         rec["risks"].append(self._risks(log_s, Wn, t))
-        rec["tokens"].append(logits.argmax(dim=0).cpu().numpy().astype(np.intp))
+        rec["tokens"].append(_first_argmax(logits).cpu().numpy().astype(np.intp))
         rec["lg"].append(log_norm.cpu().numpy() / math.log(10.0))
         if ref is not None:
             nz = [bool(np.any(Wn[b] != 0)) for b in range(B)]
@@ -319,6 +337,7 @@ def run_gd_batch(
     record_at: int | Sequence[int] | ArrayLike | None = None,
     reference: ArrayLike | None = None,
     fast_path: bool = True,
+    kernel: str = "auto",
 ) -> BatchTrajectory:
     """Run GD on ``B`` equal-shaped instances at once, in one torch float64 computation.
 
@@ -350,6 +369,10 @@ def run_gd_batch(
       reference: reference directions, ``(d, d)`` or ``(B, d, d)``.
       fast_path: ``False`` forces the log-domain path at every step (the two paths agree; this
         is for testing and timing them separately).
+      kernel: ``"auto"`` (default: the fused CPU kernel where it applies — CPU, no token masks, the
+        logistic or exponential loss, a C compiler found — else the eager paths), ``"fused"`` (refused
+        where it cannot run) or ``"eager"`` (the eager paths only); see :class:`BatchEngine`. The fused
+        kernel computes the log-domain direction of every instance (``fast_path`` does not apply to it).
 
     Returns:
       :class:`BatchTrajectory` (NumPy arrays; ``W`` has shape ``(B, d, d)``).
@@ -384,7 +407,9 @@ def run_gd_batch(
     steps = check_int(steps, "steps")
     lr = check_positive(lr, "lr", meaning="the step size η")
     # validation, stacking, masks and the exact power-of-two rescaling (W'_b = W_b·2^k_b): the engine's
-    eng = BatchEngine.from_instances(instances, loss=loss, device=device, path="auto" if fast_path else "log")
+    eng = BatchEngine.from_instances(
+        instances, loss=loss, device=device, path="auto" if fast_path else "log", kernel=kernel
+    )
     dev, kb = eng.device, eng.scale_exponents
     B, d = eng.B, eng.d
     W0a, ref = _start_and_reference(W0, reference, B, d)
@@ -432,7 +457,7 @@ def run_gd_batch(
                 i = int(torch.nonzero(cancelled)[0])
                 raise NumericalError(f"normalized GD at step {t}: instance {i}: {CANCELLED_MESSAGE}")
         if t in rec_set:
-            rec.record(W, t, log_norm)
+            rec.record(W, t, log_norm, gradient_at_W=True)  # the gradient above was at this W
         if t < steps:
             if not normalized:
                 # scale-free, as run_gd: the rescaled problem's gradient left the normal range

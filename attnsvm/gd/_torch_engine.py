@@ -23,13 +23,16 @@ from ..model._grad import (
     CANCELLED_MESSAGE,
     DATA_SPLIT_BELOW,
     NEGLIGIBLE_LOG,
+    _check_log_derivative,
     normalized_risk_grad_of,
 )
-from ..model._instance import Instance, split_rows
-from ..model._losses import Loss, LossLike, _logistic_derivative, correlation, get_loss, logistic
+from ..model._instance import Instance
+from ..model._losses import Loss, LossLike, _logistic_derivative, correlation, exponential, get_loss, logistic
 from ..scaling import (
     EPS as _EPS,
 )
+from ._fused import FusedLogDirection, kernel_status
+from ._fused import _load as _fused_library
 from ._scaled import _LN2, _TINY, _pow2_factors
 from ._stack import _stack_instances, _torch_device
 
@@ -171,6 +174,7 @@ class BatchEngine:
         fast: bool = True,
         *,
         mask: NDArray[np.bool_] | None = None,
+        kernel: str = "auto",
     ):
         import torch
 
@@ -191,7 +195,7 @@ class BatchEngine:
         self._log_streak = 0
         #: calls of :meth:`direction` by path: "fast" (whole batch), "log" (whole batch),
         #: "mixed" (fast path with a log-domain subset).
-        self.stats = {"fast": 0, "log": 0, "mixed": 0}
+        self.stats = {"fast": 0, "log": 0, "mixed": 0, "fused": 0}
         self._init_refusal_bounds(vt)
         cls = self._duplicate_classes(X, allowed)
         self._has_dup = bool(np.any(cls != np.arange(T)))
@@ -213,6 +217,8 @@ class BatchEngine:
         self._log_g_tiny = math.log(self.G_TINY) - self.log_n
         self._under: list[int] = []  # instances whose G came out below G_TINY at this call
         self._last_core: list[int] = []  # instances that took the single form at the last call
+        self._fused = self._init_fused(kernel, X)
+        self._last_l: Any | None = None  # the logits of the last gradient call (see _last_logits)
 
     def _init_data(
         self, X: Any, Y: Any, z: Any, v: Any, allowed: NDArray[np.bool_] | None, kw: dict[str, Any]
@@ -362,6 +368,9 @@ class BatchEngine:
     #: The values of ``path`` (:meth:`from_instances`): "auto" (fast path where it is exact, log-domain
     #: path elsewhere) and "log" (log-domain path everywhere).
     PATHS = ("auto", "log")
+    #: The values of ``kernel``: "auto" (the fused CPU kernel where it applies, else the eager paths),
+    #: "fused" (the fused kernel, refused where it cannot run) and "eager" (the eager paths only).
+    KERNELS = ("auto", "fused", "eager")
 
     @classmethod
     def from_instances(
@@ -371,6 +380,7 @@ class BatchEngine:
         loss: str | LossLike = "logistic",
         device: Any = None,
         path: str = "auto",
+        kernel: str = "auto",
     ) -> BatchEngine:
         """The engine of ``instances``, validated, stacked and rescaled as in :func:`attnsvm.gd.run_gd_batch`.
 
@@ -386,10 +396,13 @@ class BatchEngine:
           device: ``None``/``"cpu"``, ``"cuda"`` or ``"cuda:i"`` (refused when CUDA or the index is missing).
           path: ``"auto"`` (the fast path where it is exact, the log-domain path elsewhere) or ``"log"``
             (the log-domain path at every call); see the class docstring.
+          kernel: ``"auto"`` (the fused CPU kernel where it applies, :attr:`kernel` says which ran),
+            ``"fused"`` (required: refused where it cannot run) or ``"eager"`` (the eager paths only).
 
         Raises:
           AttnSVMError: not a non-empty sequence of instances of one shape, or a device torch cannot use.
-          UnknownNameError: an unknown loss or path name.
+          UnknownNameError: an unknown loss, path or kernel name.
+          AttnSVMError: ``kernel="fused"`` where the fused kernel cannot run (the reason is named).
           NumericalError: an instance whose token values are not normal doubles (as in
             :func:`attnsvm.gd.run_gd`).
           MissingDependencyError: torch is not installed (the ``torch`` extra).
@@ -400,7 +413,7 @@ class BatchEngine:
             raise unknown_name("path", path, cls.PATHS)
         dev = _torch_device(device)
         X, Y, z, v, k, allowed = _stack_instances(instances)
-        eng = cls(X, Y, z, v, lo, dev, fast=path == "auto", mask=allowed)
+        eng = cls(X, Y, z, v, lo, dev, fast=path == "auto", mask=allowed, kernel=kernel)
         eng._set_scale(k)
         return eng
 
@@ -581,6 +594,70 @@ class BatchEngine:
     #: ``|v| ≥ 2^(ev−1)``: the product is ``≥ 2^(ex+ev−2) ≥ 2^−1022``).
     VALUE_EXPONENT_MIN = -1020
 
+    def _init_fused(self, kernel: str, X: FloatArray) -> FusedLogDirection | None:
+        """The fused CPU kernel bound to this engine's data (:mod:`attnsvm.gd._fused`), or ``None`` for the
+        eager paths; sets :attr:`kernel_detail`. It applies on the CPU, without token masks or
+        mixed-magnitude instances, for the logistic and exponential losses, where a C compiler is found."""
+        if not isinstance(kernel, str) or kernel not in self.KERNELS:
+            raise unknown_name("kernel", kernel, self.KERNELS)
+        reason = None
+        if kernel == "eager":
+            reason = "kernel='eager' was asked for"
+        elif self.device.type != "cpu":
+            reason = f"it runs on the CPU only (device {self.device})"
+        elif self._masked is not None:
+            reason = "the batch has token masks (the eager paths hold them)"
+        elif self._mixed is not None:
+            reason = "the batch has mixed-magnitude instances (the eager log-domain path scales them)"
+        elif self.lo is not logistic and self.lo is not exponential:
+            reason = f"it knows the logistic and exponential losses only (loss {getattr(self.lo, 'name', self.lo)!r})"
+        else:
+            available, detail = kernel_status(self.d)
+            if not available:
+                reason = detail
+        if reason is not None:
+            if kernel == "fused":
+                raise AttnSVMError(
+                    f"kernel='fused' cannot run: {reason}; use kernel='auto' to take the eager paths where it "
+                    "cannot run"
+                )
+            self.kernel_detail = f"eager: {reason}"
+            return None
+        torch = self.torch
+        arrays = {
+            "X": torch.tensor(np.asarray(X, dtype=np.float64)),  # a copy: the caller's array may change
+            "z": self.zB,
+            "gammaT": self.gamma,
+            "xzT": self._xz,
+            "xz_max": self._xz_max,
+            "log_ve": self._log_ve_const,
+            "ve_c": self._ve_const,
+        }
+        scalars = {
+            "cancel_rtol": self._cancel_rtol,
+            "cancel_factor": float(CANCELLATION_FACTOR),
+            "log_n": self.log_n,
+            "g_tiny": self.G_TINY,
+            "split": self.LOG_WEIGHT_SPLIT,
+        }
+        self.kernel_detail = kernel_status(self.d)[1]
+        return FusedLogDirection(_fused_library(self.d), arrays, 0 if self.lo is logistic else 1, scalars)
+
+    @property
+    def kernel(self) -> str:
+        """``"fused"`` when the fused CPU kernel computes the directions, else ``"eager"``
+        (:attr:`kernel_detail` says why)."""
+        return "eager" if self._fused is None else "fused"
+
+    @staticmethod
+    def _spread_rows(A: FloatArray) -> NDArray[np.bool_]:
+        """Per row of ``A`` (2-D): some nonzero entry is below ``DATA_SPLIT_BELOW`` (2^−511) of the row's largest,
+        scaled to ``[½, 1)``: ``frexp`` exponents ``p − p_max ≤ −511``, exact for entries of any size."""
+        nz = A != 0
+        p = np.frexp(A)[1].astype(np.int64)
+        top = np.max(np.where(nz, p, np.iinfo(np.int64).min // 2), axis=1, keepdims=True)
+        return np.any(nz & (p - top <= math.log2(DATA_SPLIT_BELOW)), axis=1)
+
     def _init_spread(self, X: FloatArray, v: FloatArray) -> None:
         """Mark the instances whose data span the range within one sequence; they take the single form.
 
@@ -600,12 +677,9 @@ class BatchEngine:
         :data:`G_TINY` takes the single form at that call only, :meth:`_parts`).
         """
         B, n, T, d = X.shape
-        xs, _ = split_rows(X.reshape(B * n, T, d), 1)  # each sequence's keys, largest entry in [½, 1)
-        xa = np.abs(xs).reshape(B, -1)
-        va = np.abs(split_rows(v, 1)[0])  # each instance's v, largest entry in [½, 1) (as pow2_split)
-        spread = np.any((xa > 0) & (xa < DATA_SPLIT_BELOW), axis=1) | np.any(
-            (va > 0) & (va < DATA_SPLIT_BELOW), axis=1
-        )
+        # an entry 2^−511 below its row's largest (each sequence's keys, each instance's v), from the entries'
+        # own exponents: split_rows would flush entries 2^1074 below the largest to 0 and hide them
+        spread = self._spread_rows(X.reshape(B * n, T * d)).reshape(B, n).any(axis=1) | self._spread_rows(v)
         # the values as the engine forms them (instances that are not mixed: X and v as held), per token:
         # the largest product's exponent bound; smaller products lose ≤ 2^−1075 each, within d·eps·m
         with np.errstate(divide="ignore"):
@@ -728,6 +802,7 @@ class BatchEngine:
 
     def logits(self, W: Any) -> Any:
         """Logits ``l_it = x_itᵀ (W z_i)``, shape ``(T, B, n)`` (a reused buffer); ``−inf`` at a masked token."""
+        self._last_l = None  # the buffer below is overwritten
         self._q.copy_(self.torch.bmm(W, self.zT, out=self._qB).transpose(0, 1))  # (d, B, n): q_i = W z_i
         l, Xk, qk = self._l, self._X_feat, self._q_feat
         self.torch.mul(Xk[0], qk[0], out=l)
@@ -742,10 +817,22 @@ class BatchEngine:
         logits = self.logits(W).clone()
         return logits, self.torch.log_softmax(logits, dim=0)
 
-    def _signed_log_dl(self, u: Any) -> tuple[Any, Any]:
+    def _signed_log_dl(self, u: Any, idx: Any | None = None) -> tuple[Any, Any]:
+        """``(sign ℓ'(u), log|ℓ'(u)|)`` (sign ``None`` for a loss with ``log_neg_derivative_fn``: −1), ``u``
+        ``(k, n)`` of the instances ``idx`` (``None``: the whole batch). A log that is ``+inf`` or NaN is the
+        single form's refusal (grad._check_log_derivative), for the first such instance: never a zero or
+        cancelled gradient."""
         torch = self.torch
         if self._log_fn is not None:
-            return None, self._log_fn(u)  # ℓ' < 0: sign −1
+            log_d = self._log_fn(u)  # ℓ' < 0: sign −1
+            bad = torch.isnan(log_d) | torch.isposinf(log_d)
+            if bool(bad.any()):
+                j = int(torch.nonzero(bad)[0][0])
+                try:
+                    _check_log_derivative(log_d[j].cpu().numpy(), u[j].cpu().numpy())
+                except NumericalError as exc:
+                    raise _InstanceRefusal(j if idx is None else int(idx[j]), exc) from None
+            return None, log_d
         d = self.lo.derivative(u)
         if not bool(torch.isfinite(d).all()):
             raise NumericalError("the loss derivative is not finite (NaN or Inf); check the custom loss")
@@ -1007,7 +1094,7 @@ class BatchEngine:
         u = g_r.squeeze(0) + em * psi
         if mixed:
             u = u * kg1 * kg2  # in the true units: γ = 2^kg γ' (exact; 1·1 off the mixed instances)
-        sign_l, log_l = self._signed_log_dl(u)
+        sign_l, log_l = self._signed_log_dl(u, idx)
         # w_it = −sign(ℓ'_i) A_i c_it with A_i = |ℓ'_i| e^{m_i}, the only factor that can underflow
         # (kept as its log, the instance scaled by its largest A: e^{log A_i − top_b} ≤ 1), and
         # c_it = E_it (e^{m_i} ψ_i − δ_it) off Z (s_it = E_it e^{m_i}), c_it = s_it ψ_i on Z (s ≤ 1,
@@ -1205,7 +1292,7 @@ class BatchEngine:
             # NaN (−inf − −inf: c = 0 exactly) is −inf; so stays −inf (nan_to_num's default would turn it into
             # −1.8e308, a finite size: a sequence without a term taken for live, and refused as undetermined)
             log_c = torch.nan_to_num(log_c, nan=-math.inf, neginf=-math.inf)
-            _, log_l = self._signed_log_dl(u)
+            _, log_l = self._signed_log_dl(u, idx)
             size = (log_l.unsqueeze(0) + log_s + log_c + log_xz).amax(dim=0)  # (k, n)
         live = torch.isfinite(size)
         bad = (log_df + log_k > 0.0) & live
@@ -1237,6 +1324,38 @@ class BatchEngine:
             return self._spread_parts(W, core, *parts)
         return parts
 
+    def _last_logits(self) -> Any | None:
+        """The logits ``(T, B, n)`` of the last :meth:`gradient` call (at its ``W``), or ``None`` before one:
+        a buffer of this engine, valid until the next call of :meth:`gradient`, :meth:`logits` or
+        :meth:`log_s` (:func:`attnsvm.gd.run_gd_batch` records from it right after the gradient)."""
+        return self._last_l
+
+    def _parts_fused(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
+        """:meth:`_parts_engine` by the fused kernel (:mod:`attnsvm.gd._fused`): the log-domain direction of
+        every instance in one pass over ``X``; the instances it hands back (ties in score with the selected
+        token, log weights beyond ``LOG_WEIGHT_SPLIT``, ``G`` below ``G_TINY`` or not clearing the cheap
+        cancellation bound) are recomputed by :meth:`_direction_log`, which decides them exactly."""
+        torch = self.torch
+        fused = self._fused
+        assert fused is not None
+        W = W.contiguous()
+        G = self._G
+        log_norm = fused(W, G)
+        l = fused.logits  # (T, B, n), as logits() gives
+        self._last_l = l
+        self._check_undetermined(W, l)
+        self.stats["fused"] += 1
+        self._last_log = True
+        flagged = torch.nonzero(fused.flag).squeeze(1)
+        if flagged.numel() == 0:
+            return G, torch.ones_like(log_norm), log_norm, None
+        D_s, ln_s, c_s = self._direction_log(l.index_select(1, flagged), flagged)
+        G[flagged] = D_s
+        log_norm[flagged] = ln_s
+        cancelled = torch.zeros(self.B, dtype=torch.bool)
+        cancelled[flagged] = c_s
+        return G, torch.ones_like(log_norm), log_norm, cancelled
+
     def _parts_engine(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
         """:meth:`_parts` by the engine's own paths (the spread instances' entries are overwritten after).
 
@@ -1247,9 +1366,12 @@ class BatchEngine:
         Both agree to a few ulps wherever the fast path is accepted, so the switch, made per step
         and per instance, does not show in the iterates.
         """
+        if self._fused is not None:
+            return self._parts_fused(W)
         torch = self.torch
         B = self.B
         l = self.logits(W)
+        self._last_l = l
         use_log = not self.fast or self._all_mixed  # mixed data: log-domain only (see _init_mixed)
         if self.fast and self._log_streak > 0:
             self._log_streak -= 1

@@ -31,15 +31,20 @@ and compute the remainder with other code (measured: a sum over the tokens adds 
 there, so a chunk of 1 or 2 instances differs from the batch in the last bits). Chunk boundaries at
 multiples of :data:`GD_ALIGN` = 32 instances put every element at the same position relative to
 those blocks (the last chunk ends where the batch ends), so each element is computed by the same code
-path. Two conditions remain. (i) Met by every experiment's runs (measured at sizes small and paper: the
-batched engine takes its linear-domain path for every instance at every step, on moderate unit-norm
-data without exact score ties): the batched engine (:func:`attnsvm.gd.run_gd_batch`) makes a few decisions over the whole
-batch rather than per instance: the data's rescaling when some instance has entries beyond 2^±64,
-the switch of the whole batch to the log-domain path when more than half of it is saturated, the
-tie-free form of that path, and the norm's rescaling when some instance's ``||∇L||`` leaves
-[1e-140, 1e140]. A chunk may decide otherwise than the batch, and the two paths agree to ~1e-14, not
-bitwise (pinned by an expected failure in the tests: 32 unsaturated instances beside 64 saturated
-ones differ by 1.5e-16 relative after 10 steps). (ii) The same CPU kernels: a cluster whose machines differ in
+path. Two conditions remain. (i) The fused CPU kernel (:mod:`attnsvm.gd._fused`, the engine's default
+where it applies: unmasked batches of the logistic or exponential loss, a C compiler found) decides every
+instance alone and works in blocks of 16 instances, of which ``GD_ALIGN`` is a multiple: a chunk is bitwise
+its batch, saturated or not (tested). Only the instances it hands to the eager log-domain path (exact score
+ties, log weights beyond 2^11, a gradient below 2^−1000 or near its rounding level) and the data's
+rescaling when some instance has entries beyond 2^±64 are decided with the rest of the batch. With the eager
+paths (masked batches, other losses, no compiler, CUDA) the batched engine (:func:`attnsvm.gd.run_gd_batch`)
+makes a few more decisions over the whole batch: the switch of the whole batch to the log-domain path when
+more than half of it is saturated, the tie-free form of that path, and the norm's rescaling when some
+instance's ``||∇L||`` leaves [1e-140, 1e140]. A chunk may then decide otherwise than the batch, and the two
+paths agree to ~1e-14, not bitwise (pinned by an expected failure in the tests: 32 unsaturated instances
+beside 64 saturated ones differ by 1.5e-16 relative after 10 steps); every experiment's runs meet it
+(measured at sizes small and paper: the linear-domain path for every instance at every step, on moderate
+unit-norm data without exact score ties). (ii) The same CPU kernels: a cluster whose machines differ in
 ``torch.backends.cpu.get_cpu_capability()`` or torch version may differ in the last bits (as a serial
 run on those machines would). A batch that fails raises the error of the first chunk (in batch
 order) that failed, its instance numbered in the batch; where several instances fail, the serial run

@@ -29,6 +29,9 @@ GD_SIZES = {
     "quick": {"batch": 512, "loop_steps": 100, "batch_steps": 5, "repeat": 3, "warmup": 20, "api_steps": 200},
     "tiny": {"batch": 16, "loop_steps": 10, "batch_steps": 2, "repeat": 2, "warmup": 2, "api_steps": 3},
 }
+#: The saturated start of the log-domain timing: ``SATURATION·W`` for the random ``W ~ N(0, 1)/d`` (logit
+#: gaps of hundreds: every instance's gradient far below the eager fast path's range, where long runs live).
+SATURATION = 1000.0
 #: Machine probes per size: bytes of the bandwidth copy, GEMM matrix size.
 GD_PROBES = {"full": (2**28, 2048), "quick": (2**26, 1024), "tiny": (2**20, 128)}
 
@@ -165,30 +168,39 @@ class _GDPlan:
 
 @dataclass(frozen=True)
 class _GDWorkloads:
-    """The four timed batched workloads of a round (each a no-argument callable).
+    """The timed batched workloads of a round (each a no-argument callable) and the default engine's kernel.
 
-    ``fast``/``log``: ``batch_steps`` steps ``W ← W − η ∇̂L(W)`` (``η = 0.1``) of the fast and the
-    log-domain engine from the same random ``W``; ``engine_run``: the fast engine's ``step_`` over
-    ``api_steps`` steps from ``W = 0`` (the trajectory the long API run takes); ``api_run``:
-    ``run_gd_batch(insts, api_steps, 0.1)`` with its default records.
+    ``fast``/``log``: ``batch_steps`` steps ``W ← W − η ∇̂L(W)`` (``η = 0.1``) of the default engine
+    (:attr:`~attnsvm.gd.BatchEngine.kernel` ``kernel``: the fused kernel where it runs) from a random ``W``
+    and from ``SATURATION·W`` (every instance saturated: the eager engine's log-domain regime);
+    ``eager_fast``/``eager_log``: the eager engine's fast path (auto) and its forced log-domain path from
+    the random ``W``; ``engine_run``: the default engine's ``step_`` over ``api_steps`` steps from
+    ``W = 0`` (the trajectory the long API run takes); ``api_run``: ``run_gd_batch(insts, api_steps, 0.1)``
+    with its default records.
     """
 
     fast: Callable[[], None]
     log: Callable[[], None]
+    eager_fast: Callable[[], None]
+    eager_log: Callable[[], None]
     engine_run: Callable[[], None]
     api_run: Callable[[], None]
+    kernel: str
 
 
 @dataclass(frozen=True)
 class _GDRounds:
     """Per-round figures in seconds per step, one entry per round: ``loops`` (lean autograd loop,
-    one instance), ``fasts`` and ``logs`` (one batched step, best of 3 timings), ``pubs`` (the
-    ``nn.Module`` loop), ``engs`` and ``apis`` (the long engine and API runs, one timing each)."""
+    one instance), ``fasts``, ``logs``, ``eager_fasts`` and ``eager_logs`` (one batched step, best of 3
+    timings), ``pubs`` (the ``nn.Module`` loop), ``engs`` and ``apis`` (the long engine and API runs, one
+    timing each)."""
 
     loops: list[float]
     pubs: list[float]
     fasts: list[float]
     logs: list[float]
+    eager_fasts: list[float]
+    eager_logs: list[float]
     engs: list[float]
     apis: list[float]
 
@@ -198,17 +210,23 @@ class _GDMedians:
     """The medians of :class:`_GDRounds` (``t_* = median``, seconds per step) and the per-round ratios as
     ``(median, min, max)`` (:func:`median_ratio`): ``ratio = batch·loop/fast``, ``ratio_pub =
     batch·pub/fast``, ``ratio_log = batch·loop/log``, ``log_over_fast = log/fast``, ``api_over_step =
-    api/eng``."""
+    api/eng``, ``ratio_eager = batch·loop/eager_fast``, ``ratio_eager_log = batch·loop/eager_log``,
+    ``kernel_gain = eager_fast/fast``."""
 
     ratio: tuple[float, float, float]
     ratio_pub: tuple[float, float, float]
     ratio_log: tuple[float, float, float]
     log_over_fast: tuple[float, float, float]
     api_over_step: tuple[float, float, float]
+    ratio_eager: tuple[float, float, float]
+    ratio_eager_log: tuple[float, float, float]
+    kernel_gain: tuple[float, float, float]
     t_loop: float
     t_pub: float
     t_step: float
     t_log: float
+    t_eager: float
+    t_eager_log: float
     t_eng_long: float
     t_api_long: float
 
@@ -227,11 +245,13 @@ class _GDCosts:
 
 @dataclass(frozen=True)
 class _GDMeasured:
-    """Everything :func:`_gd_measure` timed: the ``rounds``, their ``medians`` and the one-off ``costs``."""
+    """Everything :func:`_gd_measure` timed: the ``rounds``, their ``medians``, the one-off ``costs`` and the
+    default engine's ``kernel`` ("fused" or "eager")."""
 
     rounds: _GDRounds
     medians: _GDMedians
     costs: _GDCosts
+    kernel: str
 
 
 def _gd_plan(
@@ -266,15 +286,16 @@ def _gd_workloads(insts: list[Any], plan: _GDPlan) -> _GDWorkloads:
 
     batch, d, batch_steps, api_steps = plan.batch, plan.d, plan.batch_steps, plan.api_steps
     eng = BatchEngine.from_instances(insts, loss="logistic", device="cpu")
-    eng_log = BatchEngine.from_instances(insts, loss="logistic", device="cpu", path="log")
+    eager = BatchEngine.from_instances(insts, loss="logistic", device="cpu", kernel="eager")
+    eager_log = BatchEngine.from_instances(insts, loss="logistic", device="cpu", path="log", kernel="eager")
     W = torch.as_tensor(np.random.default_rng(0).standard_normal((batch, d, d)) / d)
 
-    def steps_of(e: Any) -> Callable[[], None]:
+    def steps_of(e: Any, start: Any) -> Callable[[], None]:
         # the loop of run_gd_batch: gradient, then one fused in-place update per step
-        Wc = W.clone()
+        Wc = start.clone()
 
         def f() -> None:
-            Wc.copy_(W)
+            Wc.copy_(start)
             for _ in range(batch_steps):
                 e.step_(Wc, 0.1)
 
@@ -289,7 +310,15 @@ def _gd_workloads(insts: list[Any], plan: _GDPlan) -> _GDWorkloads:
     def api_run() -> None:
         run_gd_batch(insts, api_steps, 0.1)  # what users call: default records (25 points)
 
-    return _GDWorkloads(fast=steps_of(eng), log=steps_of(eng_log), engine_run=engine_run, api_run=api_run)
+    return _GDWorkloads(
+        fast=steps_of(eng, W),
+        log=steps_of(eng, SATURATION * W),
+        eager_fast=steps_of(eager, W),
+        eager_log=steps_of(eager_log, W),
+        engine_run=engine_run,
+        api_run=api_run,
+        kernel=eng.kernel,
+    )
 
 
 def _gd_rounds(insts: list[Any], work: _GDWorkloads, plan: _GDPlan) -> _GDRounds:
@@ -297,18 +326,28 @@ def _gd_rounds(insts: list[Any], work: _GDWorkloads, plan: _GDPlan) -> _GDRounds
     lean loop, fast step, ``nn.Module`` loop, log-domain step, long engine run, long API run (seconds
     per step; a loop's is ``1 / rate`` on ``insts[0]``, a batched step's the best of 3 over ``batch_steps``)."""
     batch_steps, api_steps = plan.batch_steps, plan.api_steps
-    work.fast()  # warm-up
-    work.log()
-    work.api_run()
-    loops, pubs, fasts, logs, engs, apis = [], [], [], [], [], []
+    for warm in (work.fast, work.log, work.eager_fast, work.eager_log, work.api_run):
+        warm()
+    loops, pubs, fasts, logs, e_fasts, e_logs, engs, apis = [], [], [], [], [], [], [], []
     for _ in range(plan.repeat):  # alternating rounds: a load burst hits both sides of a round
         loops.append(1.0 / autograd_loop_rate(insts[0], plan.loop_steps, warmup=plan.warmup))
         fasts.append(min(_times(work.fast, 3)) / batch_steps)
         pubs.append(1.0 / published_loop_rate(insts[0], plan.loop_steps, warmup=plan.warmup))
         logs.append(min(_times(work.log, 3)) / batch_steps)
+        e_fasts.append(min(_times(work.eager_fast, 3)) / batch_steps)
+        e_logs.append(min(_times(work.eager_log, 3)) / batch_steps)
         engs.append(_times(work.engine_run, 1)[0] / api_steps)
         apis.append(_times(work.api_run, 1)[0] / api_steps)
-    return _GDRounds(loops=loops, pubs=pubs, fasts=fasts, logs=logs, engs=engs, apis=apis)
+    return _GDRounds(
+        loops=loops,
+        pubs=pubs,
+        fasts=fasts,
+        logs=logs,
+        eager_fasts=e_fasts,
+        eager_logs=e_logs,
+        engs=engs,
+        apis=apis,
+    )
 
 
 def _gd_medians(r: _GDRounds, batch: int) -> _GDMedians:
@@ -325,10 +364,15 @@ def _gd_medians(r: _GDRounds, batch: int) -> _GDMedians:
         ratio_log=ratio_log,
         log_over_fast=log_over_fast,
         api_over_step=api_over_step,
+        ratio_eager=median_ratio(r.loops, r.eager_fasts, scale=batch),
+        ratio_eager_log=median_ratio(r.loops, r.eager_logs, scale=batch),
+        kernel_gain=median_ratio(r.eager_fasts, r.fasts),
         t_loop=t_loop,
         t_pub=t_pub,
         t_step=t_step,
         t_log=t_log,
+        t_eager=float(np.median(r.eager_fasts)),
+        t_eager_log=float(np.median(r.eager_logs)),
         t_eng_long=float(np.median(r.engs)),
         t_api_long=float(np.median(r.apis)),
     )
@@ -367,7 +411,7 @@ def _gd_measure(plan: _GDPlan) -> _GDMeasured:
         costs = _gd_costs(insts, plan)
     finally:
         torch.set_num_threads(old_threads)
-    return _GDMeasured(rounds=rounds, medians=medians, costs=costs)
+    return _GDMeasured(rounds=rounds, medians=medians, costs=costs, kernel=work.kernel)
 
 
 def _gd_context_rows(plan: _GDPlan, load0: float | None) -> list[dict[str, Any]]:
@@ -398,27 +442,53 @@ def _gd_step_rows(plan: _GDPlan, m: _GDMeasured) -> list[dict[str, Any]]:
             "nn.Module loop written as the seed papers' code",
             (1e3 * min(r.pubs), 1e3 * max(r.pubs)),
         ),
-        _r("batched_rate", batch / md.t_step, "instance-steps/s", "closed-form batched step (fast path)"),
+        _r(
+            "batched_rate",
+            batch / md.t_step,
+            "instance-steps/s",
+            f"the default engine's step (kernel: {m.kernel})",
+        ),
         _r(
             "batched_step_ms",
             1e3 * md.t_step,
             "ms",
-            f"one step of {batch} instances",
+            f"one step of {batch} instances, the default engine (kernel: {m.kernel}) at a moderate W",
             (1e3 * min(r.fasts), 1e3 * max(r.fasts)),
         ),
         _r(
             "log_step_ms",
             1e3 * md.t_log,
             "ms",
-            "same step, log-domain path forced (saturated regime)",
+            f"the same engine at {SATURATION:g}·W (saturated: the log-domain regime of long runs)",
             (1e3 * min(r.logs), 1e3 * max(r.logs)),
         ),
         _r(
             "log_over_fast",
             md.log_over_fast[0],
             "x",
-            "log-domain step / fast step, median per-round ratio; target <= 1.25 at batch 4096",
+            "saturated step / moderate step, median per-round ratio; target <= 1.25 at batch 4096",
             md.log_over_fast[1:],
+        ),
+        _r(
+            "eager_step_ms",
+            1e3 * md.t_eager,
+            "ms",
+            "the eager engine (kernel='eager'): its linear-domain fast path at the moderate W",
+            (1e3 * min(r.eager_fasts), 1e3 * max(r.eager_fasts)),
+        ),
+        _r(
+            "eager_log_step_ms",
+            1e3 * md.t_eager_log,
+            "ms",
+            "the eager engine, its log-domain path forced (path='log'), at the moderate W",
+            (1e3 * min(r.eager_logs), 1e3 * max(r.eager_logs)),
+        ),
+        _r(
+            "kernel_gain",
+            md.kernel_gain[0],
+            "x",
+            "eager fast step / default step, median per-round ratio (what the fused kernel buys)",
+            md.kernel_gain[1:],
         ),
     ]
 
@@ -481,8 +551,16 @@ def _gd_ratio_rows(md: _GDMedians) -> list[dict[str, Any]]:
             "ratio_log_path",
             md.ratio_log[0],
             "x",
-            "median per-round ratio, log-domain path; target >= 400 at batch 4096",
+            "median per-round ratio, saturated step; target >= 400 at batch 4096",
             md.ratio_log[1:],
+        ),
+        _r("ratio_eager", md.ratio_eager[0], "x", "the eager fast path over the loop", md.ratio_eager[1:]),
+        _r(
+            "ratio_eager_log",
+            md.ratio_eager_log[0],
+            "x",
+            "the eager forced log-domain path over the loop",
+            md.ratio_eager_log[1:],
         ),
     ]
 
