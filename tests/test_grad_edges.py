@@ -206,3 +206,51 @@ def test_gradient_at_the_sums_rounding_level_is_refused() -> None:
     assert 4 * g2 >= level**2 / 64  # ... and not by a wide margin: it is the sum's term that decides
     with pytest.raises(NumericalError, match="rounding level"):
         A.risk_grad(inst, np.zeros((2, 2)), loss="correlation")
+
+
+#: Relative accuracy of ``_exp2``'s far branch (|x| > 700): ``r = x − p·ln 2`` carries the rounding of
+#: ``p·ln 2`` and of ``ln 2`` itself, each ≤ |p|·ln 2·eps with |p| ≤ 2048 here, and ``exp``/``ldexp`` add
+#: ≤ 2 ulps; 8·2048·eps (≈ 3.6e-12) is twice that sum. A wrong sign in ``r`` misses by ``e^{2|x|}``.
+EXP2_RTOL = 8 * 2048 * _EPS
+
+
+@pytest.mark.parametrize(("x", "j"), [(800.0, -1200), (1400.0, -2000), (-720.0, 1100), (-1200.0, 1700)])
+def test_exp2_far_branch_matches_mpmath(x: float, j: int) -> None:
+    """``_exp2(x, j) = e^x · 2^j`` where ``e^x`` alone over- or underflows (|x| > 700, j the other way).
+
+    Oracle: mpmath at ``ORACLE_DPS`` digits from the exact float64 x and integer j; every case has a
+    normal result (``x + j ln 2`` between −32 and 43).
+    """
+    from attnsvm.model._grad import _exp2
+
+    got = _exp2(np.array([x]), np.array([j], dtype=np.int64))
+    with mpmath.workdps(ORACLE_DPS):
+        exact = mpmath.exp(mpmath.mpf(x)) * mpmath.mpf(2) ** j
+        assert abs(mpmath.mpf(float(got[0])) - exact) <= EXP2_RTOL * exact
+
+
+#: Direction accuracy on the tiny-token instance below (n = 1, T = 2, d = 2, logits O(1)): the documented
+#: ``2ε`` normwise with ``ε ≲ (nT + T + d)·eps + 4·eps·(max|log s| + 360)`` (max|log s| < 2 here), i.e.
+#: 2·(6 + 1448)·eps ≈ 6.5e-13; 2·GRAD_RTOL (≈ 5.2e-12) covers it. log_norm: ε absolute, the same bound.
+TINY_TOKEN_TOL = 2 * GRAD_RTOL
+
+
+def test_normalized_gradient_with_a_token_below_the_norm_rescale_threshold() -> None:
+    """A token 1e-152 times the size of its sequence's largest (entries ≥ 2^-511: the plain log form) has
+    squares near the bottom of the normal range: its norm is taken on the rescaled row
+    (``NORM_SCALE_BELOW``), and the direction and ``log_norm`` are exact to the documented accuracy.
+
+    Oracle: ``mp_grad`` (mpmath, ``ORACLE_DPS`` digits) from the exact float64 inputs.
+    """
+    from attnsvm.model._grad import NORM_SCALE_BELOW
+
+    X = np.array([[[1.0, 0.5], [1e-152, 2e-152]]])
+    assert 2.0**-511 < 1e-152 < NORM_SCALE_BELOW  # plain form, rescaled norm (the case under test)
+    inst = A.Instance(X, np.array([1.0]), np.array([1.0, -0.75]), np.array([[1.0, 0.5]]))
+    W = np.array([[0.3, -0.2], [0.1, 0.4]])
+    got = A.normalized_risk_grad(inst, W)
+    exact = mp_grad(inst, W, "logistic")
+    with mpmath.workdps(ORACLE_DPS):
+        norm = mpmath.sqrt(mpmath.fsum(e**2 for e in exact.flat))
+        assert _rel_err(got.direction, exact / norm) <= TINY_TOKEN_TOL
+        assert abs(got.log_norm - float(mpmath.log(norm))) <= TINY_TOKEN_TOL

@@ -80,3 +80,71 @@ def test_equal_keys_make_the_relaxed_p_svm_infeasible():
     assert str(exc.value).startswith(
         "the relaxed p-SVM is infeasible: sequence 0, token 1 has the same key as the selected token"
     )
+
+
+def _masked_pair() -> tuple[A.Instance, np.ndarray]:
+    """n = 2, T = 2, d = 2 with one token masked out, and a W (the refusals below come first)."""
+    X = np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.5, 0.5], [1.0, -1.0]]])
+    inst = A.Instance(
+        X,
+        np.array([1.0, -1.0]),
+        np.array([1.0, 0.0]),
+        np.array([[1.0, 0.0], [0.0, 1.0]]),
+        mask=np.array([[True, True], [True, False]]),
+    )
+    return inst, np.eye(2)
+
+
+_JOINT_CALLS = {
+    "joint_risk": lambda inst, W: A.peers.joint_risk(inst, W, np.ones(2), np.ones(2)),
+    "joint_grads": lambda inst, W: A.peers.joint_grads(inst, W, np.ones(2), np.ones(2)),
+    "normalized_joint_grads": lambda inst, W: A.peers.normalized_joint_grads(inst, W, np.ones(2), np.ones(2)),
+    "solve_joint_svm": lambda inst, W: A.peers.solve_joint_svm(inst, W),
+    "run_joint_gd": lambda inst, W: A.peers.run_joint_gd(inst, W, 2, 0.1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_JOINT_CALLS))
+def test_joint_functions_refuse_masks_naming_themselves(name: str) -> None:
+    """Each joint peer refuses a masked instance (it does not support masks yet) with the documented
+    message naming the function by its public path and counting the masked tokens.
+
+    Oracle: the documented refusal text of ``require_unmasked`` (one masked token here).
+    """
+    inst, W = _masked_pair()
+    with pytest.raises(A.InvalidInstanceError) as info:
+        _JOINT_CALLS[name](inst, W)
+    assert str(info.value).startswith(
+        f"attnsvm.peers.{name} does not support token masks yet: this instance masks 1 token(s). "
+    )
+
+
+@pytest.mark.parametrize("name", ["joint_grads", "normalized_joint_grads"])
+def test_joint_gradients_name_a_misshapen_v(name: str) -> None:
+    """A ``v`` of the wrong shape is refused naming ``v`` and its documented shape ``(d,)``.
+
+    Oracle: the documented message of the shape check (``v must have shape (d,) = (2,)…; got (3,)``).
+    """
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([1.0, 0.0]), np.array([[1.0, 0.0]])
+    )
+    with pytest.raises(A.InvalidInstanceError) as info:
+        getattr(A.peers, name)(inst, np.eye(2), np.ones(3), np.ones(2))
+    assert str(info.value).startswith("v must have shape (d,) = (2,)")
+    assert str(info.value).endswith("; got (3,)")
+
+
+def test_run_joint_gd_names_bad_steps_and_step_size() -> None:
+    """``steps`` and ``lr`` are refused by name, ``lr`` with its meaning (the step size η).
+
+    Oracle: the documented messages of the integer and positivity checks.
+    """
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([1.0, 0.0]), np.array([[1.0, 0.0]])
+    )
+    with pytest.raises(A.AttnSVMError) as info:
+        A.peers.run_joint_gd(inst, np.eye(2), 0, 0.1)
+    assert str(info.value) == "steps must be an integer ≥ 1; got 0"
+    with pytest.raises(A.AttnSVMError) as info:
+        A.peers.run_joint_gd(inst, np.eye(2), 2, -1.0)
+    assert str(info.value) == "lr must be a positive finite number (the step size η); got -1.0"

@@ -1507,3 +1507,157 @@ def test_solution_at_the_edge_of_the_range_is_returned_or_refused_by_its_value()
     ):
         with pytest.raises(NumericalError, match=r"\|\|W_mm\|\|_F is about 1e\+308: it overflows"):
             solve()
+
+
+#: Relative accuracy of ``_min_norm_rows`` on orthogonal rows: after equilibration ``K_S`` is diagonal
+#: (``cond = 1``), so the active-set solve is exact to a few ulps and the put-back is by powers of two;
+#: 64·eps leaves an order of magnitude over the ≤ 4 roundings per quantity (``1/||a_r||²``, the product
+#: with ``b_r``, the margin's dot product).
+ROWS_RTOL = 64 * EPS
+
+
+def test_min_norm_rows_posed_scale_on_rows_far_apart() -> None:
+    """``_min_norm_rows`` (rows as mantissas with one binary exponent each, the peers' form): rows 2^±10
+    apart (so that every power-of-two put-back is exercised and the multipliers' weights 2^{−k_r} differ by
+    2^40, beyond MULTIPLIER_RTOL), two orthogonal binding rows and one slack row whose mantissa row is not
+    unit-sized (its equilibration exponent is 1: the returned factor must be the rows as given).
+
+    Oracle: the exact construction — for orthogonal active rows ``λ_r = b_r/||a_r||²``, ``w = Σ λ_r a_r``,
+    ``a_rᵀw = b_r``, in rational arithmetic from the float64 inputs — read through the documented posed
+    scale ``λ_r = 2^{G−R_r}·sol.multipliers_r``, ``a_rᵀw = 2^{R_r+G}·sol.margins_r``, ``w = 2^G·sol.coords``.
+    """
+    from fractions import Fraction
+
+    rows = np.array([[0.5, 0.0], [0.0, 0.75], [0.75, 0.75]])
+    R = np.array([10, -10, 0], dtype=np.int64)
+    # b_r = λ_r·||a_r||² with λ = (1, 3): comparable multipliers, neither weakly active
+    b = np.array([0.25 * 2.0**20, 3 * 0.5625 * 2.0**-20, -1.0])
+    sol, G = _dual_mod._min_norm_rows(rows, R, b)
+    two = Fraction(2)
+    # a_r = 2^R_r·rows_r; the third row is slack: a_3ᵀw = 0.75·(w_1 + w_2) > 0 > b_3 (checked below)
+    lam = [Fraction(b[r]) / (two ** (2 * int(R[r])) * sum(Fraction(c) ** 2 for c in rows[r])) for r in (0, 1)]
+    w = [lam[0] * two ** int(R[0]) * Fraction(rows[0, 0]), lam[1] * two ** int(R[1]) * Fraction(rows[1, 1])]
+    margin3 = two ** int(R[2]) * (Fraction(rows[2, 0]) * w[0] + Fraction(rows[2, 1]) * w[1])
+    assert margin3 > Fraction(b[2])  # the third row is slack (the construction's premise)
+
+    def close(got: float, exact: Fraction) -> bool:
+        return abs(Fraction(got) - exact) <= Fraction(ROWS_RTOL) * abs(exact)
+
+    for r in (0, 1):
+        assert close(float(sol.multipliers[r]), lam[r] / two ** (G - int(R[r])))
+        assert close(float(sol.margins[r]), Fraction(b[r]) / two ** (int(R[r]) + G))
+        assert close(float(sol.coords[r]), w[r] / two**G)
+    assert sol.multipliers[2] == 0.0
+    assert close(float(sol.margins[2]), margin3 / two ** (int(R[2]) + G))
+    wnorm2 = w[0] ** 2 + w[1] ** 2
+    assert abs(Fraction(sol.norm) ** 2 * two ** (2 * G) - wnorm2) <= Fraction(2 * ROWS_RTOL) * wnorm2
+    assert sol.support.tolist() == [0, 1]
+    assert sol.weakly_active.tolist() == []
+    assert np.array_equal(sol.factor, rows)
+    assert sol.certified and sol.kkt.max() <= CERTIFY_RTOL and sol.error_bound <= CERTIFY_RTOL
+    assert isinstance(sol.iterations, int) and sol.iterations >= 0
+
+
+def test_local_optimality_report_names_the_choice_it_checked() -> None:
+    """The report of a feasible choice carries that choice as ``alpha`` (the documented field).
+
+    Oracle: the explicit ``alpha`` passed in, on a two-token instance where token 0 scores 1 and token 1
+    scores 0 (``v = e_1``, tokens ``e_1`` and ``e_2``): Att-SVM(α = 0) is feasible and locally optimal.
+    """
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.array([1.0]), np.array([1.0, 0.0]), np.array([[1.0, 1.0]])
+    )
+    report = A.local_optimality_report(inst, np.array([0]))
+    assert report.feasible and report.locally_optimal
+    assert np.array_equal(report.alpha, [0])
+
+
+def test_min_norm_rows_negative_equality_multiplier_at_the_posed_scale() -> None:
+    """An equality row of ``_min_norm_rows`` keeps its negative multiplier (its sign is free).
+
+    Oracle: the exact construction on orthogonal rows (``λ_r = b_r/||a_r||²``, here ``λ = (1, −3)``), read
+    through the posed scale ``λ_r = 2^{G−R_r}·sol.multipliers_r``.
+    """
+    from fractions import Fraction
+
+    rows = np.array([[0.5, 0.0], [0.0, 0.75]])
+    R = np.array([4, -4], dtype=np.int64)
+    b = np.array([0.25 * 2.0**8, -3 * 0.5625 * 2.0**-8])
+    sol, G = _dual_mod._min_norm_rows(rows, R, b, [False, True])
+    for r, lam in enumerate((Fraction(1), Fraction(-3))):
+        exact = lam / Fraction(2) ** (G - int(R[r]))
+        assert abs(Fraction(float(sol.multipliers[r])) - exact) <= Fraction(ROWS_RTOL) * abs(exact)
+    assert sol.support.tolist() == [0, 1] and sol.weakly_active.tolist() == []
+
+
+def test_min_norm_dual_returns_the_factor_as_given() -> None:
+    """``sol.factor`` is the ``factor`` argument (the documented ``L`` that ``coords`` refers to), bit for
+    bit, even where the solver's row equilibration by ``2^{−k_r}`` flushes an entry (``3·2^-1074`` next to
+    ``2^40`` in its row).
+
+    Oracle: the argument itself.
+    """
+    Lf = np.array([[2.0**40, 3 * 2.0**-1074], [0.0, 1.0]])
+    sol = min_norm_dual(Lf @ Lf.T, np.array([1.0, 1.0]), factor=Lf)
+    assert np.array_equal(sol.factor, Lf)
+
+
+def test_min_norm_dual_infeasibility_certificate_on_rows_of_different_scales() -> None:
+    """Rows ``a_1 = 2^10``, ``a_2 = −2^-10`` (1-D) with ``b = (1, 1)`` are infeasible; the certificate
+    ``c ≥ 0`` combines the rows as given: ``Σ c_r a_r = 0`` and ``Σ c_r b_r > 0``.
+
+    Oracle: the exact certificate ``c ∝ (2^-10, 2^10)`` (normalised to max 1: ``(2^-20, 1)``), checked in
+    rational arithmetic against the rows as given.
+    """
+    from fractions import Fraction
+
+    Af = np.array([[2.0**10], [-(2.0**-10)]])
+    with pytest.raises(InfeasibleMinNormError) as info:
+        min_norm_dual(Af @ Af.T, np.array([1.0, 1.0]), factor=Af)
+    c = info.value.certificate
+    assert np.all(c >= 0.0) and float(np.max(c)) == 1.0
+    combo = sum(Fraction(float(c[r])) * Fraction(float(Af[r, 0])) for r in range(2))
+    # |Σ c_r a_r| at rounding level of the terms (each |c_r a_r| ≤ 2^-10): ROWS_RTOL relative
+    assert abs(combo) <= Fraction(ROWS_RTOL) * Fraction(2.0**-10)
+    assert sum(Fraction(float(c[r])) for r in range(2)) > 0
+
+
+def test_local_optimality_report_without_constraints_is_vacuously_optimal() -> None:
+    """A mask that leaves the sequence one allowed token gives Att-SVM(α) no constraint: it is feasible
+    (``W = 0``), has no support token, and so is locally optimal by the definition (``γ_iα_i > γ_it`` for
+    every support token holds vacuously).
+
+    Oracle: the definition of :class:`LocalOptimalityReport`'s fields on the empty constraint set.
+    """
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]),
+        np.array([1.0]),
+        np.array([1.0, 0.0]),
+        np.array([[1.0, 1.0]]),
+        mask=np.array([[True, False]]),
+    )
+    report = A.local_optimality_report(inst)
+    assert report.feasible and report.locally_optimal
+    assert report.support == () and report.violating == ()
+    assert np.array_equal(report.alpha, [0])
+
+
+def test_solve_svm_without_constraints_names_the_cause() -> None:
+    """``solve_svm`` refuses an Att-SVM without any constraint (``W_mm = 0``, no direction) with the
+    documented message, whole (the scale contract: an AttnSVMError naming the cause).
+
+    Oracle: the documented message text.
+    """
+    inst = A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]),
+        np.array([1.0]),
+        np.array([1.0, 0.0]),
+        np.array([[1.0, 1.0]]),
+        mask=np.array([[True, False]]),
+    )
+    with pytest.raises(A.AttnSVMError) as info:
+        solve_svm(inst)
+    assert str(info.value) == (
+        "Att-SVM(alpha) has no constraint: the mask leaves every sequence one allowed token, so "
+        "W_mm = 0 and its direction is undefined. Allow at least two tokens in some sequence."
+    )
