@@ -123,7 +123,8 @@ def test_instances_the_kernel_hands_back_are_still_exact() -> None:
 def test_a_stationary_instance_is_refused_as_by_the_eager_engine() -> None:
     """Every token of a sequence alike in every sequence: ∇L = 0 exactly. The kernel hands it back and the
     engine refuses it with the eager engine's message (oracle: the eager run's error, word for word), as
-    W stationary (run_gd says so too, in the single form's words)."""
+    W stationary (run_gd says so too; the batched engine words every refused zero-or-noise gradient as a
+    cancellation: it cannot tell a zero from exactly cancelling sequences)."""
     inst = _instances(1, seed=30)[0]
     X = np.repeat(inst.X[:, :1, :], inst.T, axis=1)
     flat = A.Instance(X, inst.Y, inst.v, inst.z)

@@ -31,8 +31,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
-#define ATTNSVM_FUSED_ABI 6
+#define ATTNSVM_FUSED_ABI 7
 /* Instances per block. Blocks start at multiples of FUSED_BLOCK from instance 0 whatever the threads'
  * split (the caller cuts at block boundaries): an element's place in a vector loop, hence its arithmetic,
  * depends on the batch alone. */
@@ -55,6 +58,11 @@ extern double log(double);
 int attnsvm_fused_abi(void) { return ATTNSVM_FUSED_ABI; }
 int attnsvm_fused_block(void) { return FUSED_BLOCK; }
 int attnsvm_fused_d(void) { return FUSED_D; }
+#ifdef _OPENMP
+int attnsvm_fused_openmp(void) { return 1; }
+#else
+int attnsvm_fused_openmp(void) { return 0; }
+#endif
 
 
 /* e^a, or 0 where e^a is below the normal range (a < LN_MIN, just above ln 2^−1022 = −708.396…), NaN for
@@ -372,8 +380,10 @@ fused_block(int64_t b0, int64_t b1, int64_t B, int64_t n, int64_t T, const int64
 
 /* Instances [b0, b1) (b0 a multiple of FUSED_BLOCK), block by block, for d = FUSED_D (the library is
  * compiled once per d: the d-long loops then unroll and keep q and y in registers, about twice as fast as
- * with d a variable). Returns 0; −1 when scratch memory could not be allocated, −2 for another d (nothing
- * written then). */
+ * with d a variable). Built with OpenMP, the blocks are shared out over torch's own OpenMP threads (the
+ * process has one libgomp: the library links the one torch loaded), statically; each block is computed by
+ * one thread in one order either way. Returns 0; −1 when scratch memory could not be allocated, −2 for
+ * another d (nothing written then). */
 int attnsvm_fused_log_direction(int64_t b0, int64_t b1, int64_t B, int64_t n, int64_t T, int64_t d,
                                 const double *X, const double *z, const double *gammaT, const double *xzT,
                                 const double *xz_max, const double *log_ve, const double *ve_c,
@@ -381,12 +391,28 @@ int attnsvm_fused_log_direction(int64_t b0, int64_t b1, int64_t B, int64_t n, in
                                 double log_n, double g_tiny, double split, double *D, double *log_norm,
                                 double *logitsT, int8_t *flag) {
     if (d != FUSED_D) return -2;
-    double *buf = malloc(sizeof(double) * (size_t)(FUSED_BLOCK * n * (2 * T + 14) + n * d + d * d));
+    const size_t per = (size_t)(FUSED_BLOCK * n * (2 * T + 14) + n * d + d * d);
+    const int64_t blocks = (b1 - b0 + FUSED_BLOCK - 1) / FUSED_BLOCK;
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+    double *buf = malloc(sizeof(double) * per * (size_t)threads);
     if (buf == NULL) return -1;
-    for (int64_t c0 = b0; c0 < b1; c0 += FUSED_BLOCK) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads)
+#endif
+    for (int64_t j = 0; j < blocks; ++j) {
+#ifdef _OPENMP
+        double *mine = buf + per * (size_t)omp_get_thread_num();
+#else
+        double *mine = buf;
+#endif
+        const int64_t c0 = b0 + j * FUSED_BLOCK;
         const int64_t c1 = c0 + FUSED_BLOCK < b1 ? c0 + FUSED_BLOCK : b1;
         fused_block(c0, c1, B, n, T, FUSED_D, X, z, gammaT, xzT, xz_max, log_ve, ve_c, W, loss, cancel_rtol,
-                    cancel_factor, log_n, g_tiny, split, D, log_norm, logitsT, flag, buf);
+                    cancel_factor, log_n, g_tiny, split, D, log_norm, logitsT, flag, mine);
     }
     free(buf);
     return 0;

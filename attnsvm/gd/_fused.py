@@ -23,8 +23,12 @@ else ``$XDG_CACHE_HOME/attnsvm`` or ``~/.cache/attnsvm``), named by a hash of th
 ``d``, written atomically (parallel test workers share it). Without a compiler the engine runs its eager paths
 (:func:`kernel_status` says why). No fast-math: IEEE inf/NaN semantics are relied on.
 
-The batch is split into ``torch.get_num_threads()`` contiguous ranges run on threads (ctypes releases the
-GIL); each instance is computed by one thread in one fixed order, so results do not depend on the split.
+Threads: built with OpenMP (gcc on Linux), the kernel shares its blocks of 16 instances out over torch's
+own OpenMP threads (``torch.set_num_threads``; the library links the ``libgomp.so.1`` torch loaded, so one
+thread team serves both and none spins against the other: with a second runtime, or Python threads, the
+two-thread step was slower than the one-thread step). Without OpenMP the batch is split between Python
+threads in whole blocks (ctypes releases the GIL). Each instance is computed by one thread in one fixed
+order, at a place in its block that depends on the batch alone: results do not depend on the threads.
 """
 
 from __future__ import annotations
@@ -45,15 +49,19 @@ from typing import Any
 
 _SOURCE = Path(__file__).with_name("_fused.c")
 #: The ABI version the source declares (``attnsvm_fused_abi()``): a stale library is rebuilt, never used.
-_ABI = 6
-#: ``(flags, libraries)`` tried in order: the first that compiles and links is used. The first vectorizes the
-#: loops over a block's sequences with glibc's vector ``exp``/``log`` (libmvec: x86-64 Linux); the others
-#: call the scalar functions (``-march=native`` is not known to every compiler).
+_ABI = 7
+#: ``(flags, libraries)`` tried in order: the first that compiles and links is used. The first two vectorize
+#: the loops over a block's sequences with glibc's vector ``exp``/``log`` (libmvec: x86-64 Linux), the first
+#: also shares the blocks out over OpenMP threads: the library links ``libgomp.so.1``, which resolves to the
+#: copy torch already loaded (one OpenMP runtime, one thread team: torch's threads run the kernel, none
+#: spins against it); without OpenMP the batch is split between Python threads. The last call the scalar
+#: functions (``-march=native`` is not known to every compiler).
 #: ``-fno-math-errno`` (``sqrt`` inlines) and ``-fno-trapping-math`` (comparisons that may meet a NaN
 #: become vector selects) change no value: errno and the floating-point exception flags are never read.
 #: Never fast-math: IEEE inf/NaN semantics and the order of every sum are relied on.
 _IEEE = ("-fno-math-errno", "-fno-trapping-math")
 _FLAG_SETS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("-O3", "-march=native", "-fopenmp", "-DATTNSVM_MVEC", *_IEEE), ("-lmvec", "-lm")),
     (("-O3", "-march=native", "-fopenmp-simd", "-DATTNSVM_MVEC", *_IEEE), ("-lmvec", "-lm")),
     (("-O3", "-march=native", *_IEEE), ("-lm",)),
     (("-O3", *_IEEE), ("-lm",)),
@@ -177,6 +185,7 @@ class FusedLogDirection:
 
         self._f = lib.attnsvm_fused_log_direction
         self._block = int(lib.attnsvm_fused_block())
+        self._openmp = bool(lib.attnsvm_fused_openmp())
         self._a = {k: arrays[k].contiguous() for k in self._ORDER}
         B, n, T, d = self._a["X"].shape
         self.B, self.n, self.T, self.d = B, n, T, d
@@ -215,8 +224,8 @@ class FusedLogDirection:
             return int(self._f(b0, b1, B, n, T, d, *ptrs[:-1], ptrs[-1], W.data_ptr(), *tail))
 
         blocks = -(-B // self._block)
-        k = min(_threads(), blocks)
-        if k == 1:
+        k = 1 if self._openmp else min(_threads(), blocks)
+        if k == 1:  # one call: OpenMP (torch's threads) shares the blocks out, or one thread
             codes = [run(0, B)]
         else:
             # whole blocks per thread: the arithmetic of an instance does not depend on the split
