@@ -1622,6 +1622,17 @@ def test_min_norm_dual_infeasibility_certificate_on_rows_of_different_scales() -
     assert sum(Fraction(float(c[r])) for r in range(2)) > 0
 
 
+def _one_allowed_token() -> A.Instance:
+    """One sequence of two tokens, the second masked: Att-SVM(α) has no constraint."""
+    return A.Instance(
+        np.array([[[1.0, 0.0], [0.0, 1.0]]]),
+        np.array([1.0]),
+        np.array([1.0, 0.0]),
+        np.array([[1.0, 1.0]]),
+        mask=np.array([[True, False]]),
+    )
+
+
 def test_local_optimality_report_without_constraints_is_vacuously_optimal() -> None:
     """A mask that leaves the sequence one allowed token gives Att-SVM(α) no constraint: it is feasible
     (``W = 0``), has no support token, and so is locally optimal by the definition (``γ_iα_i > γ_it`` for
@@ -1629,13 +1640,7 @@ def test_local_optimality_report_without_constraints_is_vacuously_optimal() -> N
 
     Oracle: the definition of :class:`LocalOptimalityReport`'s fields on the empty constraint set.
     """
-    inst = A.Instance(
-        np.array([[[1.0, 0.0], [0.0, 1.0]]]),
-        np.array([1.0]),
-        np.array([1.0, 0.0]),
-        np.array([[1.0, 1.0]]),
-        mask=np.array([[True, False]]),
-    )
+    inst = _one_allowed_token()
     report = A.local_optimality_report(inst)
     assert report.feasible and report.locally_optimal
     assert report.support == () and report.violating == ()
@@ -1648,13 +1653,7 @@ def test_solve_svm_without_constraints_names_the_cause() -> None:
 
     Oracle: the documented message text.
     """
-    inst = A.Instance(
-        np.array([[[1.0, 0.0], [0.0, 1.0]]]),
-        np.array([1.0]),
-        np.array([1.0, 0.0]),
-        np.array([[1.0, 1.0]]),
-        mask=np.array([[True, False]]),
-    )
+    inst = _one_allowed_token()
     with pytest.raises(A.AttnSVMError) as info:
         solve_svm(inst)
     assert str(info.value) == (
