@@ -476,6 +476,7 @@ def test_an_update_after_a_split_reruns_only_the_changed_function(tool, tmp_path
         shutil.copytree(src / "attnsvm", dest / "attnsvm")
 
     monkeypatch.setattr(tool, "_copy_tree", copy_tree)
+    monkeypatch.setattr(tool, "_checkout_state", lambda: {"commit": "0" * 40, "dirty": []})
     monkeypatch.setattr(tool, "_configure", lambda dest, module, tests: None)
     monkeypatch.setattr(tool, "_generate", lambda dest: sorted(state["codes"]))
     monkeypatch.setattr(tool, "_exit_codes", lambda dest: state["codes"])
@@ -538,3 +539,23 @@ def test_clopper_pearson_edges(tool, n: int) -> None:
     assert hi == 1.0 and lo == pytest.approx(0.025 ** (1 / n), rel=1e-12)
     lo0, hi0 = tool.clopper_pearson(0, n)
     assert lo0 == 0.0 and hi0 == pytest.approx(1 - 0.025 ** (1 / n), rel=1e-12)
+
+
+def test_a_run_records_the_commit_and_the_files_that_differed_from_it(
+    tool, tmp_path: Path, monkeypatch
+) -> None:
+    """Oracle: git itself, in a throwaway repository: HEAD's sha, and the modified and untracked files."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    (tmp_path / "a.py").write_text("x = 2\n")
+    (tmp_path / "b.py").write_text("y = 1\n")
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    state = tool._checkout_state()
+    assert state == {"commit": git("rev-parse", "HEAD").strip(), "dirty": ["a.py", "b.py"]}

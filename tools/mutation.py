@@ -272,6 +272,17 @@ def _copy_tree(dest: Path) -> None:
         shutil.copy2(src, dest / rel)
 
 
+def _checkout_state() -> dict[str, Any]:
+    """``{"commit": HEAD's sha, "dirty": [tracked files that differ from it, and untracked ones]}`` of the
+    checkout, read when a run copies it: the JSON then says which code the outcomes belong to."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+    dirty = [line[3:] for line in git("status", "--porcelain").splitlines() if line[3:]]
+    return {"commit": git("rev-parse", "HEAD").strip(), "dirty": sorted(dirty)}
+
+
 def _toml_list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(x) for x in items) + "]"
 
@@ -839,6 +850,7 @@ def run(
     replay = _previous(module) if rerun else None
     tests = [t for t in TESTS[module] if (ROOT / t).exists()]
     dest = ROOT / "build" / "mutation" / module
+    checkout = _checkout_state()
     _copy_tree(dest)
     _configure(dest, module, tests)
     names = _generate(dest)
@@ -944,6 +956,9 @@ def run(
     )
     doc: dict[str, Any] = {
         "module": list(PATHS[module]),
+        # the commit the copy was taken from and the files that differed from it (uncommitted code ran)
+        "commit": checkout["commit"],
+        "dirty": checkout["dirty"],
         # of the copy that was mutated (the checkout may have changed during the run)
         "source_sha256": _source_hash(module, dest),
         "context_sha256": context_hash(module, dest),
