@@ -997,7 +997,8 @@ def test_batched_engine_retries_the_fast_path_every_log_retry_calls() -> None:
     W_sat = np.stack([1000 * solve_svm(i).W / np.linalg.norm(solve_svm(i).W) for i in insts])
     eng = BatchEngine.from_instances(insts, loss="logistic", kernel="eager")
     eng.direction(torch.as_tensor(W_sat))
-    assert eng.stats == {"fast": 0, "log": 1, "mixed": 0, "fused": 0} and eng.log_path.tolist() == [True, True]
+    assert eng.stats == {"fast": 0, "log": 1, "mixed": 0, "fused": 0}
+    assert eng.log_path.tolist() == [True, True]
     W0 = torch.zeros((2, 8, 8), dtype=torch.float64)
     for _ in range(BatchEngine.LOG_RETRY - 1):
         eng.direction(W0)
