@@ -1660,3 +1660,79 @@ def test_solve_svm_without_constraints_names_the_cause() -> None:
         "Att-SVM(alpha) has no constraint: the mask leaves every sequence one allowed token, so "
         "W_mm = 0 and its direction is undefined. Allow at least two tokens in some sequence."
     )
+
+
+def _orthogonal_far_apart(s: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two orthogonal rows ``a_0 = 0.5·2^s·e_1``, ``a_1 = 0.75·2^{−s}·e_2`` with ``b_r = λ_r·||a_r||²``,
+    ``λ = (1, 3)``: both bind, and the normalised right-hand sides ``b_r/||a_r||`` are ``2^{2s}`` apart."""
+    A_ = np.array([[0.5 * 2.0**s, 0.0], [0.0, 0.75 * 2.0**-s]])
+    b = np.array([0.25 * 2.0 ** (2 * s), 3 * 0.5625 * 2.0 ** (-2 * s)])
+    return A_, b
+
+
+@pytest.mark.parametrize("s", [100, 300, 500])
+def test_min_norm_dual_keeps_the_multiplier_of_a_row_far_below_the_largest(s: int) -> None:
+    """A binding row whose right-hand side (after row normalisation) is ``2^{2s}`` below the largest keeps its
+    multiplier: with ``λ = (1, 3)`` it is the *largest* multiplier of the problem as posed. (Regression: the
+    active-set step's norm-wise slack tolerance ``ROUNDING_RTOL·||u||`` hid the row's whole violation
+    ``b'_1 ≈ 2^{−2s}``; ``λ = (1, 0)`` came back with row 1 weakly active and ``certified=True``.)
+
+    Oracle: the exact construction — orthogonal rows, so ``λ_r = b_r/||a_r||²``, ``w = Σ λ_r a_r``,
+    ``a_rᵀw = b_r`` — in rational arithmetic from the float64 inputs.
+    """
+    from fractions import Fraction
+
+    A_, b = _orthogonal_far_apart(s)
+    sol = min_norm_dual(A_ @ A_.T, b, factor=A_)
+    lam = [Fraction(b[r]) / (Fraction(A_[r, r]) ** 2) for r in (0, 1)]
+    assert lam == [Fraction(1), Fraction(3)]  # the construction's premise
+    for r in (0, 1):
+        assert abs(Fraction(float(sol.multipliers[r])) - lam[r]) <= Fraction(ROWS_RTOL) * lam[r]
+        assert abs(Fraction(float(sol.margins[r])) - Fraction(b[r])) <= Fraction(ROWS_RTOL) * Fraction(b[r])
+        w_r = lam[r] * Fraction(A_[r, r])
+        assert abs(Fraction(float(sol.coords[r])) - w_r) <= Fraction(ROWS_RTOL) * w_r
+    assert sol.support.tolist() == [0, 1]
+    assert sol.weakly_active.tolist() == []
+    assert sol.certified and sol.kkt.max() <= CERTIFY_RTOL and sol.error_bound <= CERTIFY_RTOL
+
+
+def test_min_norm_rows_keeps_the_multiplier_of_a_row_far_below_the_largest() -> None:
+    """``_min_norm_rows`` on the same construction at ``2^{±300}`` (rows as mantissas with exponents
+    ``R = (300, −300)``): both multipliers come back, read through the posed scale
+    ``λ_r = 2^{G−R_r}·sol.multipliers_r``. (Regression: ``λ = (1, 0)``, row 1 weakly active, certified.)
+
+    Oracle: the exact construction ``λ_r = b_r/||a_r||² = (1, 3)`` in rational arithmetic.
+    """
+    from fractions import Fraction
+
+    rows = np.array([[0.5, 0.0], [0.0, 0.75]])
+    R = np.array([300, -300], dtype=np.int64)
+    b = np.array([0.25 * 2.0**600, 3 * 0.5625 * 2.0**-600])
+    sol, G = _dual_mod._min_norm_rows(rows, R, b)
+    two = Fraction(2)
+    for r, lam in enumerate((Fraction(1), Fraction(3))):
+        assert Fraction(b[r]) / (two ** (2 * int(R[r])) * Fraction(rows[r, r]) ** 2) == lam  # premise
+        exact = lam / two ** (G - int(R[r]))
+        assert abs(Fraction(float(sol.multipliers[r])) - exact) <= Fraction(ROWS_RTOL) * exact
+    assert sol.support.tolist() == [0, 1] and sol.weakly_active.tolist() == []
+    assert sol.certified
+
+
+def test_min_norm_dual_does_not_certify_a_row_left_violated_below_the_norm_wise_scale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the active-set step leaves a row violated by all of its (tiny) right-hand side, the certificate
+    fails: the norm-wise KKT residuals (relative to ``|b_r| + ||a_r||·||w||``) cannot see it, so ``certified``
+    also asks that no row left with ``λ_r = 0`` need a significant multiplier of the problem as posed.
+    Forced here by a slack tolerance of ``2·|b'_r|`` (``_round_tol`` → 2), which accepts row 1's violation
+    ``b'_1`` as rounding.
+
+    Oracle: the exact construction (``λ = (1, 3)``, both rows binding): the returned point violates row 1 by
+    all of ``b_1`` (``a_1ᵀw = 0``) and its true multiplier is the largest, so the point is not the solution
+    and must not be certified.
+    """
+    A_, b = _orthogonal_far_apart(100)
+    monkeypatch.setattr(_dual_mod, "_round_tol", lambda k: 2.0)
+    sol = min_norm_dual(A_ @ A_.T, b, factor=A_)
+    assert sol.margins[1] == 0.0 and sol.multipliers[1] == 0.0  # the row left out, as the bug did
+    assert not sol.certified

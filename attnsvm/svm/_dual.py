@@ -106,8 +106,10 @@ def _refine(
 
     Solves the seed rows as equalities; drops the inequality row with the most negative multiplier,
     or adds the most violated inactive row, until ``λ_S ≥ 0`` (to :data:`MULTIPLIER_RTOL`) and every
-    other row has slack ``≥ −ROUNDING_RTOL``: the KKT conditions, hence the optimum (convex problem).
-    Raises :class:`_Refused` when that does not happen within ``2m + 10`` steps.
+    other row has slack ``≥ −ROUNDING_RTOL·(|b_r| + |L_r|·|u|)`` (componentwise, the rounding of a computed
+    slack: a row orthogonal to ``u`` must meet its own ``b_r``, however far below the others): the KKT
+    conditions, hence the optimum (convex problem). Raises :class:`_Refused` when that does not happen
+    within ``2m + 10`` steps.
     """
     m = bs.size
     inS = np.zeros(m, dtype=bool)
@@ -133,10 +135,15 @@ def _refine(
                 inS[idx[neg[np.argmin(lamS[neg])]]] = False
                 continue
         slack = Ln @ u - bs
-        tol = _round_tol(Ln.shape[1]) * (np.abs(bs) + np.linalg.norm(u))
+        # componentwise rounding of a computed slack (|L_r|·|u|, not ||L_r||·||u||): a row orthogonal to u whose
+        # right-hand side is far below the largest is violated by all of its b_r, which a norm-wise tolerance
+        # (relative to ||u||) would hide, dropping a multiplier that the rows as posed may weigh most
+        tol = _round_tol(Ln.shape[1]) * (np.abs(bs) + np.abs(Ln) @ np.abs(u))
         viol = np.flatnonzero(~inS & (slack < -tol))
         if viol.size:
-            inS[viol[np.argmin(slack[viol] / tol[viol])]] = True
+            # the most violated relative to |b_r| + ||u|| (the documented rule; the componentwise scale ties
+            # every row orthogonal to u at a relative violation of 1)
+            inS[viol[np.argmin(slack[viol] / (np.abs(bs[viol]) + np.linalg.norm(u)))]] = True
             continue
         lam = np.zeros(m)
         lam[idx] = lamS
@@ -389,7 +396,10 @@ def min_norm_dual(
     (certified ≤ 1e-9), ``error_bound = cond(K_S)·eps + (||λ_N||₁ + ||Δ||)/||w||`` on the equilibrated rows:
     ``λ_N`` the inequality multipliers held slightly negative, ``Δ`` the least-norm correction of rows outside
     the tight set that are violated or within rounding of 0 (:func:`_fro_error_bound`,
-    the bound :func:`attnsvm.svm.solve_svm` reports; 0 added on generic problems). Raises ``NumericalError`` iff
+    the bound :func:`attnsvm.svm.solve_svm` reports; 0 added on generic problems). ``certified`` also asks
+    that no inequality row left with ``λ_r = 0`` be violated by enough to need a multiplier above
+    ``MULTIPLIER_RTOL·max λ`` (:func:`_rows_resolved`): the norm-wise KKT residuals cannot see a row whose
+    ``b_r`` is far below the others, and its multiplier (the largest one, possibly) would be lost. Raises ``NumericalError`` iff
     ``||w||`` or a non-negligible multiplier (``> MULTIPLIER_RTOL·max``) is not a normal double, or a margin
     overflows (margins are absolute: one below 2.2e-308 is returned as it rounds).
 
@@ -610,6 +620,31 @@ def _fro_error_bound(
     return bound
 
 
+def _rows_resolved(
+    b: FloatArray, eq: NDArray[np.bool_], lam_raw: FloatArray, margins: FloatArray, wexp: NDArray[np.int64]
+) -> bool:
+    """Whether no row left out of the tight set could carry a significant multiplier of the problem as posed.
+
+    A row ``r`` held by no multiplier (an inequality with ``λ'_r = 0``) but violated by ``v_r = b_r − L_r u > 0``
+    needs a multiplier ``μ_r ≥ v_r`` of the unit-row problem to be met (raising ``L_r u`` by ``v_r`` through
+    ``Δ = μ_r·P⊥L_r``, ``||P⊥L_r|| ≤ 1``); weighted as the posed ones (``λ_r ∝ 2^{−wexp_r}·λ'_r``) it is
+    significant when ``2^{−wexp_r}·v_r > MULTIPLIER_RTOL·max_s 2^{−wexp_s}|λ'_s|``. The norm-wise KKT residuals
+    (relative to ``|b_r| + ||L_r||·||u||``) cannot see such a row when its ``b_r`` is far below the others, so
+    :func:`_min_norm_solution` certifies only when there is none. Compared in binary logarithms (the weights
+    ``2^{−wexp}`` may span more than float64's range).
+    """
+    held = eq | (lam_raw != 0.0)
+    viol = np.where(held, 0.0, np.maximum(b - margins, 0.0))
+    out = viol > 0.0
+    if not np.any(out):
+        return True
+    if not np.any(held & (lam_raw != 0.0)):
+        return False  # a violated row and no multiplier at all: nothing to weigh it against
+    nz = lam_raw != 0.0
+    top = float(np.max(np.log2(np.abs(lam_raw[nz])) - wexp[nz]))
+    return bool(np.all(np.log2(viol[out]) - wexp[out] <= math.log2(MULTIPLIER_RTOL) + top))
+
+
 def _min_norm_solution(
     L: FloatArray,
     b: FloatArray,
@@ -666,6 +701,11 @@ def _min_norm_solution(
     error_bound = _fro_error_bound(
         L, np.where(eq, 1.0, lam_raw), core.error_bound, margins - b, np.abs(b), wnorm, L.shape[1]
     )
+    # Norm-wise residuals (relative to |b_r| + ||a_r||·||w||) cannot see a row whose b_r is far below the
+    # largest: violated by all of b_r, it still looks feasible, and its multiplier, which the rows as posed may
+    # weigh most (λ_r ∝ 2^{−k_r}·λ'_r), is lost. Certify only when no row left out could carry a significant one.
+    resolved = _rows_resolved(b, eq, lam_raw, margins, kr if weight_exp is None else weight_exp)
+    certified = bool(error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL and resolved)
     if weight_exp is not None:
         with np.errstate(over="ignore", under="ignore"):
             lam_p, margins_p = np.ldexp(lam, Gb - kr), np.ldexp(margins, Gb + kr)
@@ -679,7 +719,7 @@ def _min_norm_solution(
             norm=float(np.ldexp(wnorm, Gb)),
             kkt=kkt,
             error_bound=error_bound,
-            certified=bool(error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL),
+            certified=certified,
             method=core.method,
             iterations=core.iterations,
         )
@@ -719,7 +759,7 @@ def _min_norm_solution(
         norm=float(np.ldexp(wnorm, Gb)),
         kkt=kkt,
         error_bound=error_bound,
-        certified=bool(error_bound <= CERTIFY_RTOL and kkt.max() <= CERTIFY_RTOL),
+        certified=certified,
         method=core.method,
         iterations=core.iterations,
     )
