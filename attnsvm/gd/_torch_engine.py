@@ -652,7 +652,7 @@ class BatchEngine:
             "g_tiny": self.G_TINY,
             "split": self.LOG_WEIGHT_SPLIT,
         }
-        self.kernel_detail = kernel_status(self.d)[1]
+        self.kernel_detail = detail  # the library, from kernel_status above (it loaded and cached it)
         return FusedLogDirection(_fused_library(self.d), arrays, 0 if self.lo is logistic else 1, scalars)
 
     @property

@@ -131,6 +131,11 @@ def published_loop_rate(inst: Any, steps: int, lr: float = 0.1, warmup: int = 20
     return _loop_rate(published_autograd_loop(inst, lr)[0], steps, warmup)
 
 
+def _ratio_row(name: str, med: tuple[float, float, float], note: str) -> dict[str, Any]:
+    """A row of a per-round ratio ``med = (median, min, max)`` (:func:`median_ratio`), unit "x"."""
+    return _r(name, med[0], "x", note, med[1:])
+
+
 def _r(name: str, value: Any, unit: str, note: str, rng: Sequence[float] | None = None) -> dict[str, Any]:
     return {
         "name": name,
@@ -462,12 +467,10 @@ def _gd_step_rows(plan: _GDPlan, m: _GDMeasured) -> list[dict[str, Any]]:
             f"the same engine at {SATURATION:g}·W (saturated: the log-domain regime of long runs)",
             (1e3 * min(r.logs), 1e3 * max(r.logs)),
         ),
-        _r(
+        _ratio_row(
             "log_over_fast",
-            md.log_over_fast[0],
-            "x",
+            md.log_over_fast,
             "saturated step / moderate step, median per-round ratio; target <= 1.25 at batch 4096",
-            md.log_over_fast[1:],
         ),
         _r(
             "eager_step_ms",
@@ -483,12 +486,10 @@ def _gd_step_rows(plan: _GDPlan, m: _GDMeasured) -> list[dict[str, Any]]:
             "the eager engine, its log-domain path forced (path='log'), at the moderate W",
             (1e3 * min(r.eager_logs), 1e3 * max(r.eager_logs)),
         ),
-        _r(
+        _ratio_row(
             "kernel_gain",
-            md.kernel_gain[0],
-            "x",
+            md.kernel_gain,
             "eager fast step / default step, median per-round ratio (what the fused kernel buys)",
-            md.kernel_gain[1:],
         ),
     ]
 
@@ -525,12 +526,10 @@ def _gd_api_rows(plan: _GDPlan, m: _GDMeasured) -> list[dict[str, Any]]:
             f"run_gd_batch end to end, {api_steps} steps, its default records (up to 25), per step",
             (1e3 * min(r.apis), 1e3 * max(r.apis)),
         ),
-        _r(
+        _ratio_row(
             "api_over_step",
-            md.api_over_step[0],
-            "x",
+            md.api_over_step,
             f"api_long / engine_long, median per-round ratio ({api_steps} steps); target <= 1.2 at batch 4096",
-            md.api_over_step[1:],
         ),
     ]
 
@@ -539,29 +538,15 @@ def _gd_ratio_rows(md: _GDMedians) -> list[dict[str, Any]]:
     """Rows of the headline ratios (batched over loop, per round): ``ratio``, ``ratio_published``,
     ``ratio_log_path``."""
     return [
-        _r(
-            "ratio",
-            md.ratio[0],
-            "x",
-            "median per-round ratio; targets >= 200 (issue 4), >= 400 (issue 16)",
-            md.ratio[1:],
-        ),
-        _r("ratio_published", md.ratio_pub[0], "x", "against the nn.Module loop", md.ratio_pub[1:]),
-        _r(
+        _ratio_row("ratio", md.ratio, "median per-round ratio; targets >= 200 (issue 4), >= 400 (issue 16)"),
+        _ratio_row("ratio_published", md.ratio_pub, "against the nn.Module loop"),
+        _ratio_row(
             "ratio_log_path",
-            md.ratio_log[0],
-            "x",
+            md.ratio_log,
             "median per-round ratio, saturated step; target >= 400 at batch 4096",
-            md.ratio_log[1:],
         ),
-        _r("ratio_eager", md.ratio_eager[0], "x", "the eager fast path over the loop", md.ratio_eager[1:]),
-        _r(
-            "ratio_eager_log",
-            md.ratio_eager_log[0],
-            "x",
-            "the eager forced log-domain path over the loop",
-            md.ratio_eager_log[1:],
-        ),
+        _ratio_row("ratio_eager", md.ratio_eager, "the eager fast path over the loop"),
+        _ratio_row("ratio_eager_log", md.ratio_eager_log, "the eager forced log-domain path over the loop"),
     ]
 
 
