@@ -66,3 +66,31 @@ def mp_grad(
             return mpf("-inf"), None, math.inf
         direction = np.array([[float(G[j][k] / nrm) for k in range(d)] for j in range(d)])
         return mpmath.log(nrm), direction, float(mag / nrm)
+
+
+def mp_risk_and_tokens(
+    X: np.ndarray, Y: np.ndarray, z: np.ndarray, v: np.ndarray, W: np.ndarray, loss: str
+) -> tuple[float, list[int], float]:
+    """``(L(W), r, δu)`` in mpmath from the exact float64 inputs (no mask): the risk ``(1/n) Σ_i ℓ(Y_i f_i)``
+    rounded once, the selected tokens ``r_i`` (the first maximiser of the exact logits) and the largest
+    ``|Y_i f_i|`` bound ``max_i Σ_t s_it |a_it|`` (the scale of the margins' rounding in float64)."""
+    n, T, d = X.shape
+    with mpmath.workdps(ORACLE_DPS):
+        mpf = mpmath.mpf
+        Wm = [[mpf(float(W[j, k])) for k in range(d)] for j in range(d)]
+        vm = [mpf(float(c)) for c in v]
+        total, tokens, scale = mpf(0), [], mpf(0)
+        for i in range(n):
+            xs = [[mpf(float(c)) for c in X[i, t]] for t in range(T)]
+            zi = [mpf(float(c)) for c in z[i]]
+            Wz = [mpmath.fsum(Wm[j][k] * zi[k] for k in range(d)) for j in range(d)]
+            lg = [mpmath.fsum(xs[t][j] * Wz[j] for j in range(d)) for t in range(T)]
+            top = max(lg)
+            tokens.append(lg.index(top))
+            tot = mpmath.fsum(mpmath.exp(l - top) for l in lg)
+            s = [mpmath.exp(l - top) / tot for l in lg]
+            a = [mpmath.fsum(vm[k] * xs[t][k] for k in range(d)) for t in range(T)]
+            u = float(Y[i]) * mpmath.fsum(st * at for st, at in zip(s, a, strict=True))
+            scale = max(scale, mpmath.fsum(st * abs(at) for st, at in zip(s, a, strict=True)))
+            total += {"logistic": mpmath.log1p(mpmath.exp(-u)), "exponential": mpmath.exp(-u)}[loss]
+        return float(total / n), tokens, float(scale)

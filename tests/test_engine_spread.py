@@ -231,3 +231,66 @@ def test_a_spread_instance_leaves_the_other_instances_of_its_batch_alone(path: s
     np.testing.assert_allclose((G * inv.view(-1, 1, 1)).numpy()[:3], D_alone, rtol=0, atol=BATCH_RTOL)
     np.testing.assert_allclose(ln.numpy()[:3], ln_alone, rtol=BATCH_RTOL, atol=0)
     assert mixed.log_path.tolist()[3] is True
+
+
+def _exponent_test(inst: A.Instance) -> bool:
+    """The spread criterion from the exact binary exponents (Python's ``math.frexp``, entry by entry): a nonzero
+    key 511 binary orders below its sequence's largest, an entry of ``v`` 511 orders below ``v``'s largest, or a
+    token with a product ``x_k v_k`` of nonzero factors whose every such product has exponents summing below
+    −1020 (the instances here are stacked as given: keys and queries within 2^±64 of 1, ``k = 0``)."""
+
+    def exps(row: np.ndarray) -> list[int]:
+        return [math.frexp(float(c))[1] for c in row if c != 0.0]
+
+    def spread_row(row: np.ndarray) -> bool:
+        e = exps(row)
+        return bool(e) and min(e) - max(e) <= -511
+
+    if spread_row(inst.v) or any(spread_row(inst.X[i].ravel()) for i in range(inst.n)):
+        return True
+    for i in range(inst.n):
+        for t in range(inst.T):
+            sums = [
+                math.frexp(float(x))[1] + math.frexp(float(w))[1]
+                for x, w in zip(inst.X[i, t], inst.v, strict=True)
+                if x != 0.0 and w != 0.0
+            ]
+            if sums and max(sums) < -1020:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("gap", [-508, -509, -510, -511, -512])
+def test_the_spread_screen_never_passes_what_the_exponent_test_marks(gap: int) -> None:
+    """The engine decides spread data by a cheap screen and by the entries' exponents only where the screen
+    fails. Oracle: the criterion recomputed from every entry's exponent in plain Python. Each case trips one
+    part of the screen alone (none is mixed: every sequence's keys within 2^±64 of 1, terms within 2^±800):
+    a key, or an entry of ``v``, at ``0.5·2^(gap+20)`` or ``0.75·2^(gap+20)`` beside a largest entry of
+    ``0.75·2^20`` (the row screen fails from gap −509 on, the criterion holds from −511 on; no entry is below
+    2^−510), and a token with one key 2^−500 where ``v`` has ``2^(gap−12)`` (the value screen fails, the product's
+    exponents sum to ``gap − 510``: below −1020 from −511 on). The engine's flags equal the oracle's on each
+    side of both thresholds, and ordinary data are not spread."""
+    base = A.random_instance(2, 3, 3, seed=70)
+    big = math.ldexp(0.75, 20)
+    keys = np.full((2, 3, 3), 0.5)
+    keys[:, 0, 0] = big
+    cases = []
+    for size in (0.75, 0.5):
+        X = keys.copy()
+        X[0, 1, 2] = math.ldexp(size, gap + 20)
+        cases.append(A.Instance(X, base.Y, base.v, base.z))
+        v = np.array([big, math.ldexp(size, gap + 20), 0.5])
+        cases.append(A.Instance(keys, base.Y, v, base.z))
+    X = np.full((2, 3, 3), 0.5)
+    X[:, 0, 0] = 0.75
+    X[1, 2] = [0.0, math.ldexp(1.0, -500), 0.0]
+    v = np.array([math.ldexp(1.0, -490), math.ldexp(1.0, gap - 12), math.ldexp(1.0, -490)])
+    cases.append(A.Instance(X, base.Y, v, base.z))
+    cases.append(A.Instance(keys, base.Y, base.v, base.z))
+    from attnsvm.gd import BatchEngine
+
+    eng = BatchEngine.from_instances(cases, kernel="eager")
+    assert eng._mixed is None and not eng.scale_exponents.any()  # the oracle reads the data as given
+    expected = [_exponent_test(inst) for inst in cases]
+    assert [b in eng._spread_idx for b in range(len(cases))] == expected
+    assert expected == [gap <= -511] * 5 + [False]

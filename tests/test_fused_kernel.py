@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _mp_oracle import mp_grad
+from _mp_oracle import mp_grad, mp_risk_and_tokens
 
 import attnsvm as A
 from attnsvm.errors import AttnSVMError, UnknownNameError
@@ -215,3 +215,36 @@ def test_without_a_compiler_the_engine_runs_eager_and_says_why(tmp_path: Path) -
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
     W_eager = np.array(got["W"])
     assert np.linalg.norm(W_eager - fused.W) <= ENGINE_AGREEMENT * np.linalg.norm(fused.W)
+
+
+#: The recorded risk's accuracy: each margin u_i = Y_i f_i is known to ±δu_i = [(T+d)·eps + 2·δl]·Σ_t s_it|a_it|
+#: (the values' and the logits' rounding, δl of _logit_error), and ℓ(u) moves by |ℓ'(u)/ℓ(u)|·δu ≤ δu
+#: relative (logistic and exponential losses); 8·eps for the loss's own evaluation and the mean.
+RISK_EPS = 8 * EPS
+
+
+@pytest.mark.parametrize("loss", ["logistic", "exponential"])
+@pytest.mark.parametrize("scale", [0.0, 1.0, 30.0, 1e3])
+def test_records_take_the_kernels_margins_and_tokens_against_mpmath(loss: str, scale: float) -> None:
+    """Oracle: the risk and the selected tokens in 400-digit mpmath at the final iterate. ``run_gd_batch``
+    records from the fused kernel's own margins and tokens, and from the logits for an instance the kernel
+    hands back (a tie, at index 1): every recorded risk within δu relative, every token the exact argmax;
+    from ``W0 = scale·U`` (saturated at 1e3) after one normalized step."""
+    insts = _instances(4, seed=60)
+    tie = insts[1]
+    X = tie.X.copy()
+    X[:, 1] = X[:, 0]  # the kernel hands this instance back wherever token 0 or 1 is selected
+    insts[1] = A.Instance(X, tie.Y, tie.v, tie.z)
+    U = np.random.default_rng(3).standard_normal((len(insts), 4, 4))
+    U /= np.linalg.norm(U, axis=(1, 2), keepdims=True)
+    tr = run_gd_batch(insts, 1, 0.1, loss=loss, W0=scale * U, record_at=[1], kernel="fused")
+    eng = BatchEngine.from_instances(insts, loss=loss, kernel="fused")
+    eng.gradient(torch.as_tensor(tr.W))
+    held = eng._last_margins()[2].tolist()  # white-box: the logits path ran for the tie where ‖W‖ ≥ 30
+    assert held[0] and held[2] and held[3] and (scale < 30 or not held[1]), held
+    for b, inst in enumerate(insts):
+        risk, tokens, mag = mp_risk_and_tokens(inst.X, inst.Y, inst.z, inst.v, tr.W[b], loss)
+        du = ((inst.T + inst.d) * EPS + 2 * _logit_error(inst, tr.W[b])) * mag
+        assert abs(tr.risks[-1, b] - risk) <= (du + RISK_EPS) * risk, (b, tr.risks[-1, b], risk)
+        # a tie of exact copies: the first of them is the argmax, in float64 as in mpmath
+        assert tr.tokens[-1, b].tolist() == tokens, b

@@ -296,3 +296,34 @@ def test_a_risk_below_the_normal_range_is_refused_like_run_gd_not_recorded_as_ze
         assert abs(exponent - log10_risk) <= 1.0, (exponent, log10_risk)
     with pytest.raises(NumericalError, match=r"^step 1: instance 0: the risk"):
         run_gd_batch([inst], 1, 0.1, loss="exponential", W0=W0)
+
+
+#: ||W||_F to its rounding: d² squares summed (each rounded once, the sum's rounding ≤ (d² − 1)·eps relative in
+#: any order) and a square root (½·eps): (d² + 1)·eps relative bounds both record paths.
+def _norm_tol(d: int) -> float:
+    return (d * d + 1) * EPS
+
+
+@pytest.mark.parametrize("exponent", [0, 399, -399, 401, -401, 1000, -1000])
+def test_recorded_norms_match_the_exact_norm_on_both_sides_of_the_direct_range(exponent: int) -> None:
+    """Oracle: ``||W0||_F`` in 60-digit mpmath from the exact entries. The record at step 0 reports ``||W0_b||``:
+    torch's plain norm where every ``max|W0_b|`` lies within 2^±400, a norm scaled by powers of two elsewhere
+    (where the squares would overflow or vanish); both within (d² + 1)·eps of the exact value, at
+    ``W0 = 2^exponent·U`` with each matrix's largest entry on both sides of 2^±400. The keys are scaled by
+    ``2^−exponent`` and ``v`` by ``2^exponent`` (exactly), so that logits and values are those of ``U``."""
+    import mpmath
+
+    insts = []
+    for s in range(3):
+        inst = A.random_instance(2, 3, 3, seed=80 + s)
+        X, v = np.ldexp(inst.X, -exponent), np.ldexp(inst.v, exponent)
+        insts.append(A.Instance(X, inst.Y, v, inst.z))
+    U = np.random.default_rng(4).standard_normal((3, 3, 3))
+    U[:, 0, 0] = 1.5  # the largest entry: 2^exponent·1.5 has frexp exponent exponent + 1
+    U = np.clip(U, -1.4, 1.4)
+    U[:, 0, 0] = 1.5
+    W0 = np.ldexp(U, exponent)
+    tr = run_gd_batch(insts, 1, math.ldexp(0.1, exponent), W0=W0, record_at=[0])  # a step of W0's scale
+    with mpmath.workdps(60):
+        exact = [float(mpmath.sqrt(mpmath.fsum(mpmath.mpf(float(w)) ** 2 for w in W.ravel()))) for W in W0]
+    np.testing.assert_allclose(tr.norms[0], exact, rtol=_norm_tol(3), atol=0)

@@ -92,10 +92,11 @@ def _max_abs(Wn: FloatArray) -> FloatArray:
     return np.max(np.abs(Wn), axis=(1, 2), initial=0.0)
 
 
-def _check_iterates(Wn: FloatArray, what: str) -> None:
+def _check_iterates(Wn: FloatArray, what: str, *, m: FloatArray | None = None) -> None:
     """:func:`_check_iterate` of every ``Wn[b]`` (``what`` formatted with ``b``), vectorised: the scalar check
-    runs only on the matrices whose largest entry is not 0 or a normal double (it raises there)."""
-    m = _max_abs(Wn)
+    runs only on the matrices whose largest entry is not 0 or a normal double (it raises there). ``m``: the
+    ``_max_abs(Wn)`` already at hand."""
+    m = _max_abs(Wn) if m is None else m
     ok = (m == 0.0) | ((m >= FLOAT_TINY) & (m <= FLOAT_MAX))  # _check_iterate's acceptance; NaN fails
     for b in map(int, np.flatnonzero(~ok)):
         _check_iterate(Wn[b], what.format(b=b))
@@ -115,22 +116,30 @@ def _first_argmax(logits: Any) -> Any:
     return T - (logits == logits.amax(dim=0)).to(logits.dtype).mul_(rank).amax(dim=0).to(torch.int64)
 
 
-def _fro_batch(Wn: FloatArray) -> FloatArray:
+def _fro_batch(Wn: FloatArray, *, m: FloatArray | None = None, work: FloatArray | None = None) -> FloatArray:
     """``[_fro(W_b) for b]`` of a C-contiguous ``(B, d, d)`` array, bit for bit, in a few vectorised passes.
 
-    The same operations as :func:`attnsvm.gd._metrics._fro` per matrix: ``m = max|W_b|``, ``e`` its
-    ``frexp`` exponent, ``r = sqrt(Σ (W_b·2^−e)²)`` (NumPy's summation over the ``d²`` contiguous entries of
-    each matrix is the one it applies to a single matrix) and ``r·2^e``; matrices that are 0 or not finite
-    give ``m``, and those whose norm may leave the range (within ``1e-9`` of ``LOG_FLOAT_MAX``) go through
-    :func:`_fro` itself (which raises the contract's error where the norm is no double).
+    The same operations as :func:`attnsvm.gd._metrics._fro` per matrix: ``m = max|W_b|`` (or the given
+    ``m``), ``e`` its ``frexp`` exponent, ``r = sqrt(Σ (W_b·2^−e)²)`` (NumPy's summation over the ``d²``
+    contiguous entries of each matrix is the one it applies to a single matrix) and ``r·2^e``; matrices that
+    are 0 or not finite give ``m``, and those whose norm may leave the range (within ``1e-9`` of
+    ``LOG_FLOAT_MAX``) go through :func:`_fro` itself (which raises the contract's error where the norm is
+    no double). ``W_b·2^−e`` is a product by the double ``2^−e`` (the correctly rounded result, as ``ldexp``
+    gives, in a third of its time), and ``ldexp`` itself where ``2^−e`` is no double (``m < 2^−1023``).
+    ``work``: a scratch array of ``Wn``'s shape for the scaled squares (a record reuses one: fresh arrays of
+    that size cost page faults comparable to the arithmetic).
     """
-    m = _max_abs(Wn)
+    m = _max_abs(Wn) if m is None else m
     out = m.copy()
     live = (m > 0.0) & np.isfinite(m)
     e = np.frexp(np.where(live, m, 1.0))[1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # the entries not live are unused
-        Ws = np.ldexp(Wn, -e[:, None, None])
-        r = np.sqrt(np.sum(Ws * Ws, axis=(1, 2)))
+        f = np.ldexp(1.0, -e)  # exact powers of two; +inf where 2^−e is no double
+        Ws = np.multiply(Wn, f[:, None, None], out=work)
+        wide = np.flatnonzero(np.isinf(f))
+        if wide.size:
+            Ws[wide] = np.ldexp(Wn[wide], -e[wide, None, None])
+        r = np.sqrt(np.sum(np.multiply(Ws, Ws, out=Ws), axis=(1, 2)))
         near = live & ~(np.log(r) + e * _LN2 <= LOG_FLOAT_MAX - 1e-9)
     fine = live & ~near
     out[fine] = np.ldexp(r[fine], e[fine])
@@ -176,9 +185,10 @@ class _LogitCheck:
     #: ``log _logit_bound(d)``
     log_bound: float
 
-    def __call__(self, Wc: Any, t: int) -> None:
+    def __call__(self, Wc: Any, t: int, *, m: FloatArray | None = None) -> None:
+        """Refuse ``Wc`` (the iterate ``W_t``) as above; ``m``: its ``max|W_b|`` when already at hand."""
         Wn_ = Wc.cpu().numpy()
-        m = _max_abs(Wn_)
+        m = _max_abs(Wn_) if m is None else m
         with np.errstate(divide="ignore", invalid="ignore"):
             near = (m > 0) & ~(np.log(m) + self.k_data * _LN2 <= self.log_bound - 1e-9)
         for b in map(int, np.flatnonzero(near)):
@@ -195,13 +205,8 @@ def _logit_check(eng: BatchEngine, instances: Sequence[Instance]) -> _LogitCheck
     exponents of the data it holds (in ``[½, 1)`` where it rescaled, the raw keys and queries where it
     did not; ``frexp(0) = (0, 0)``, as ``pow2_exponent``).
     """
-    import torch
-
     items = list(instances)
-    xt = eng.Xt
-    x_max = torch.maximum(xt.amax(dim=(0, 1, 3)), xt.amin(dim=(0, 1, 3)).neg()).cpu().numpy()
-    z_max = torch.maximum(eng.zB.amax(dim=(1, 2)), eng.zB.amin(dim=(1, 2)).neg()).cpu().numpy()
-    k_data = eng.scale_exponents + np.frexp(x_max)[1] + np.frexp(z_max)[1]
+    k_data = eng.scale_exponents + np.frexp(eng._key_max)[1] + np.frexp(eng._query_max)[1]
     return _LogitCheck(items, k_data, math.log(_logit_bound(eng.d)))
 
 
@@ -224,6 +229,7 @@ class _Recorder:
     ) -> None:
         self.eng, self.check_logits, self.logit_scale = eng, check_logits, logit_scale
         self.ref, self.normalized = ref, normalized
+        self._work: FloatArray | None = None  # _fro_batch's scratch, (B, d, d)
         self.rec: dict[str, list[Any]] = {
             k: [] for k in ("steps", "norms", "risks", "tokens", "lg", "corrs", "gaps")
         }
@@ -245,11 +251,10 @@ class _Recorder:
                 "(stationary W or a custom loss that overflows); its normalized direction is undefined"
             )
 
-    def _risks(self, log_s: Any, Wn: FloatArray, t: int) -> FloatArray:
-        """``L(W_b)`` per instance from the engine's ``log s`` at ``W'``; where it reads below
-        ``FLOAT_TINY``, the single form's exact (log-domain) value ``risk_of`` of the rescaled instance."""
+    def _risks(self, risk: Any, Wn: FloatArray, t: int) -> FloatArray:
+        """``L(W_b)`` per instance from the engine's ``risk`` at ``W'``; where it reads below ``FLOAT_TINY``, the
+        single form's exact (log-domain) value ``risk_of`` of the rescaled instance."""
         eng = self.eng
-        risk = eng._risk_of_log_s(log_s)  # eng.risk at the same W', without forming the logits again
         if not bool(self.eng.torch.isfinite(risk).all()):
             raise NumericalError(f"the risk is not finite at step {t}; check the loss")
         risk_np: FloatArray = risk.cpu().numpy()
@@ -265,27 +270,70 @@ class _Recorder:
                 raise NumericalError(f"step {t}: instance {b}: {exc}") from exc
         return risk_np
 
+    #: Where every ``max|W_b|`` is 0 or within ``2^±NORM_DIRECT``, ``||W_b||_F`` is torch's plain ``sqrt(Σ w²)``:
+    #: no square overflows (``≤ d²·2^800``), and the squares that underflow (entries below ``2^−538``) add
+    #: ``≤ d²·2^−1074`` to a sum ``≥ 2^−800``, far below its rounding. Elsewhere :func:`_fro_batch` scales first.
+    NORM_DIRECT = 400
+
+    def _norms(self, W: Any, Wn: FloatArray, m: FloatArray) -> FloatArray:
+        """``||W_b||_F`` per instance (``Wn`` is ``W`` in NumPy, ``m`` its ``max|W_b|``): one pass of torch's norm
+        (to its rounding, ``≤ (d² + 1)·eps`` relative; the same bits in any batch) where :data:`NORM_DIRECT` allows,
+        else :func:`_fro_batch` (bit for bit ``_fro`` of each matrix; it refuses a norm that is no double)."""
+        lo, hi = math.ldexp(1.0, -self.NORM_DIRECT), math.ldexp(1.0, self.NORM_DIRECT)
+        if bool(np.all((m == 0.0) | ((m >= lo) & (m <= hi)))):
+            torch = self.eng.torch
+            norms: FloatArray = torch.linalg.vector_norm(W.reshape(W.shape[0], -1), dim=1).cpu().numpy()
+            return norms
+        if self._work is None:
+            self._work = np.empty_like(Wn)
+        return _fro_batch(Wn, m=m, work=self._work)
+
+    def _margins_and_tokens(self, W: Any, gradient_at_W: bool) -> tuple[Any, Any]:
+        """The margins ``Y_i f_i`` and the selected tokens ``argmax_t l_it`` at ``W``, ``(B, n)`` each.
+
+        With ``gradient_at_W`` (the engine's last gradient call was at this ``W``), the fused kernel's own
+        (:meth:`BatchEngine._last_margins`) where it made that call, the others' from its logits
+        (:meth:`BatchEngine._last_logits`); else from the logits formed anew."""
+        import torch
+
+        eng = self.eng
+        logits = eng._last_logits() if gradient_at_W else None
+        if logits is None:
+            logits = eng.logits(self.logit_scale(W))
+        fused = eng._last_margins() if gradient_at_W else None
+        if fused is None:
+            return eng._margins_of_log_s(torch.log_softmax(logits, dim=0)), _first_argmax(logits)
+        u, r, held = fused
+        rest = torch.nonzero(~held).squeeze(1)
+        if rest.numel() == 0:
+            return u, r
+        u, r = u.clone(), r.clone()
+        l_rest = logits.index_select(1, rest)
+        u[rest] = eng._margins_of_log_s(torch.log_softmax(l_rest, dim=0), rest)
+        r[rest] = _first_argmax(l_rest)
+        return u, r
+
     def record(self, W: Any, t: int, log_norm: Any, *, gradient_at_W: bool = False) -> None:
         """Check and record the iterate ``W_t`` (user's scale) and its ``log||∇L(W_t)||``; with
         ``gradient_at_W`` the engine's last gradient call was at this ``W`` and its logits are reused."""
         import torch
 
         eng, rec, ref, B = self.eng, self.rec, self.ref, self.eng.B
-        if not bool(torch.isfinite(W).all()):  # first: a diverged W also makes the gradient non-finite
+        # max|W_b| once, as max(max W_b, −min W_b) in torch (NaN and ±inf carry through both reductions)
+        m_t = torch.maximum(W.amax(dim=(1, 2)), W.amin(dim=(1, 2)).neg())
+        if not bool(torch.isfinite(m_t).all()):  # first: a diverged W also makes the gradient non-finite
             self.check_logits(W, t)
             raise NumericalError(f"plain GD diverged by step {t}: W became non-finite; lower lr")
+        m = m_t.cpu().numpy()
         self.check(W, t, log_norm)
-        self.check_logits(W, t)  # the logit bound of run_gd, at every record (the last step included)
-        Wn = W.cpu().numpy().copy()
-        _check_iterates(Wn, f"the iterate W_{t} of instance {{b}}")
-        logits = eng._last_logits() if gradient_at_W else None
-        if logits is None:
-            logits = eng.logits(self.logit_scale(W))
-        log_s = torch.log_softmax(logits, dim=0)
+        self.check_logits(W, t, m=m)  # the logit bound of run_gd, at every record (the last step included)
+        Wn = W.cpu().numpy()  # read only here (W's own memory on the CPU)
+        _check_iterates(Wn, f"the iterate W_{t} of instance {{b}}", m=m)
+        margins, tokens = self._margins_and_tokens(W, gradient_at_W)
         rec["steps"].append(t)
-        rec["norms"].append(_fro_batch(Wn))
-        rec["risks"].append(self._risks(log_s, Wn, t))
-        rec["tokens"].append(_first_argmax(logits).cpu().numpy().astype(np.intp))
+        rec["norms"].append(self._norms(W, Wn, m))
+        rec["risks"].append(self._risks(eng._risk_of_margins(margins), Wn, t))
+        rec["tokens"].append(tokens.cpu().numpy().astype(np.intp))
         rec["lg"].append(log_norm.cpu().numpy() / math.log(10.0))
         if ref is not None:
             nz = [bool(np.any(Wn[b] != 0)) for b in range(B)]

@@ -24,7 +24,8 @@
  *
  * No fast-math: IEEE semantics for inf and NaN are relied on. Layouts, row-major, float64:
  * X (B, n, T, d), z (B, n, d), gamma and xz (B, n, T), xz_max and log_ve (B, n), W and D (B, d, d),
- * logits (B, n, T) out, log_norm (B,) out, flag (B,) out. Losses: 0 logistic (log|ℓ'(u)| = −softplus(u)),
+ * logits (B, n, T) out, log_norm (B,) out, flag (B,) out, margin (B, n) out (Y_i f_i, cancellation-free, for the
+ * records), token (B, n) out (r, int64). Losses: 0 logistic (log|ℓ'(u)| = −softplus(u)),
  * 1 exponential (log|ℓ'(u)| = −u).
  */
 #include <math.h>
@@ -35,7 +36,7 @@
 #include <omp.h>
 #endif
 
-#define ATTNSVM_FUSED_ABI 7
+#define ATTNSVM_FUSED_ABI 8
 /* Instances per block. Blocks start at multiples of FUSED_BLOCK from instance 0 whatever the threads'
  * split (the caller cuts at block boundaries): an element's place in a vector loop, hence its arithmetic,
  * depends on the batch alone. */
@@ -103,7 +104,7 @@ fused_block(int64_t b0, int64_t b1, int64_t B, int64_t n, int64_t T, const int64
             const double *restrict ve_c, const double *restrict W, int loss, double cancel_rtol,
             double cancel_factor, double log_n, double g_tiny, double split, double *restrict D,
             double *restrict log_norm, double *restrict logitsT, int8_t *restrict flag,
-            double *restrict buf) {
+            double *restrict margin, int64_t *restrict token, double *restrict buf) {
     const int64_t Bn = B * n, dd = d * d, p0 = b0 * n, P = (b1 - b0) * n;
     /* per-sequence scratch, (P,) each, and c (T, P) */
     double *restrict lr = buf, *restrict rr = lr + P, *restrict g_r = rr + P, *restrict l1 = g_r + P;
@@ -217,6 +218,10 @@ fused_block(int64_t b0, int64_t b1, int64_t B, int64_t n, int64_t T, const int64
         const double em = e1 >= 0x1p-1022 ? e1 * s_r[p] : ll_s[p];
         em_s[p] = em;
         fac[p] = g_r[p] + em * psi[p]; /* u, for now */
+    }
+    for (int64_t p = 0; p < P; ++p) {
+        margin[p0 + p] = fac[p];
+        token[p0 + p] = (int64_t)rr[p];
     }
     for (int64_t p = 0; p < P; ++p) ll_s[p] = -fabs(fac[p]);
     exp_normal_v(ll_s, ll_s, tmp, P); /* e^{−|u|}, for now */
@@ -389,7 +394,7 @@ int attnsvm_fused_log_direction(int64_t b0, int64_t b1, int64_t B, int64_t n, in
                                 const double *xz_max, const double *log_ve, const double *ve_c,
                                 const double *W, int loss, double cancel_rtol, double cancel_factor,
                                 double log_n, double g_tiny, double split, double *D, double *log_norm,
-                                double *logitsT, int8_t *flag) {
+                                double *logitsT, int8_t *flag, double *margin, int64_t *token) {
     if (d != FUSED_D) return -2;
     const size_t per = (size_t)(FUSED_BLOCK * n * (2 * T + 14) + n * d + d * d);
     const int64_t blocks = (b1 - b0 + FUSED_BLOCK - 1) / FUSED_BLOCK;
@@ -412,7 +417,7 @@ int attnsvm_fused_log_direction(int64_t b0, int64_t b1, int64_t B, int64_t n, in
         const int64_t c0 = b0 + j * FUSED_BLOCK;
         const int64_t c1 = c0 + FUSED_BLOCK < b1 ? c0 + FUSED_BLOCK : b1;
         fused_block(c0, c1, B, n, T, FUSED_D, X, z, gammaT, xzT, xz_max, log_ve, ve_c, W, loss, cancel_rtol,
-                    cancel_factor, log_n, g_tiny, split, D, log_norm, logitsT, flag, mine);
+                    cancel_factor, log_n, g_tiny, split, D, log_norm, logitsT, flag, margin, token, mine);
     }
     free(buf);
     return 0;

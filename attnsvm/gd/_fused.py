@@ -49,7 +49,7 @@ from typing import Any
 
 _SOURCE = Path(__file__).with_name("_fused.c")
 #: The ABI version the source declares (``attnsvm_fused_abi()``): a stale library is rebuilt, never used.
-_ABI = 7
+_ABI = 8
 #: ``(flags, libraries)`` tried in order: the first that compiles and links is used. The first two vectorize
 #: the loops over a block's sequences with glibc's vector ``exp``/``log`` (libmvec: x86-64 Linux), the first
 #: also shares the blocks out over OpenMP threads: the library links ``libgomp.so.1``, which resolves to the
@@ -137,7 +137,7 @@ def _load(d: int) -> Any:
             f = lib.attnsvm_fused_log_direction
             f.restype = ctypes.c_int
             f.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_void_p] * 8 + [ctypes.c_int] + [ctypes.c_double] * 5
-            f.argtypes += [ctypes.c_void_p] * 4
+            f.argtypes += [ctypes.c_void_p] * 6
             _libs[d] = lib
         except OSError as exc:
             _errors[d] = str(exc)
@@ -195,6 +195,10 @@ class FusedLogDirection:
         self.logits = torch.empty((T, B, n), dtype=torch.float64)
         #: 1 where the last call handed the instance back to the eager path
         self.flag = torch.empty((B,), dtype=torch.int8)
+        #: the margins ``Y_i f_i`` (cancellation-free: ``γ_ir + e^{m_i} ψ_i``) and the selected tokens ``r`` (the
+        #: first maximisers of the logits) of the last call, ``(B, n)``; meaningful where :attr:`flag` is 0
+        self.margin = torch.empty((B, n), dtype=torch.float64)
+        self.token = torch.empty((B, n), dtype=torch.int64)
 
     def __call__(self, W: Any, D: Any) -> Any:
         """Write the unit directions into ``D`` ``(B, d, d)``; returns ``log||∇L(W_b)||`` (a new ``(B,)``
@@ -217,6 +221,8 @@ class FusedLogDirection:
             log_norm.data_ptr(),
             self.logits.data_ptr(),
             self.flag.data_ptr(),
+            self.margin.data_ptr(),
+            self.token.data_ptr(),
         )
         B, n, T, d = self.B, self.n, self.T, self.d
 

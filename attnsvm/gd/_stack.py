@@ -53,6 +53,12 @@ def _torch_device(device: Any) -> Any:
 _MODERATE = 64
 
 
+def _max_magnitude(A: FloatArray) -> FloatArray:
+    """``max_j |A_bj|`` per row of a 2-D array with at least one column, as ``max(max A, −min A)`` (no temporary
+    of ``A``'s size)."""
+    return np.maximum(A.max(axis=1), -A.min(axis=1))
+
+
 def _stack_instances(
     instances: Sequence[Instance],
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, NDArray[np.int64], NDArray[np.bool_] | None]:
@@ -87,25 +93,30 @@ def _stack_instances(
     for i, it in enumerate(items):
         if not isinstance(it, Instance):
             raise AttnSVMError(f"instances[{i}] is a {type(it).__name__}, not an attnsvm Instance")
-    shape = items[0].shape
+    shape = items[0].X.shape  # (n, T, d), as Instance.shape (read from X: the property costs 5× more)
     for i, it in enumerate(items):
-        if it.shape != shape:
+        if it.X.shape != shape:
             raise AttnSVMError(
-                f"instances must share one shape (n, T, d) to be batched; instances[0] has {shape}, "
+                f"instances must share one shape (n, T, d) to be batched; instances[0] has {items[0].shape}, "
                 f"instances[{i}] has {it.shape}. "
                 "Group the instances by shape and batch each group on its own."
             )
+    B = len(items)
     allowed = np.stack([it.allowed for it in items]) if any(it.mask is not None for it in items) else None
-    X = np.stack([it.keys for it in items])  # (B, n, T, d)
-    Y = np.stack([it.Y for it in items])
-    z = np.stack([it.z for it in items])
-    v = np.stack([it.v for it in items])
+
+    def stacked(arrays: list[FloatArray]) -> FloatArray:
+        # np.stack, by one concatenation along the existing first axis (a third of np.stack's time)
+        return np.concatenate(arrays).reshape((B, *arrays[0].shape))
+
+    X = stacked([it.keys for it in items])  # (B, n, T, d)
+    Y = stacked([it.Y for it in items])
+    z = stacked([it.z for it in items])
+    v = stacked([it.v for it in items])
     # _rescale of every instance, vectorised: ex, ez = pow2_exponent of its keys and queries (frexp of the
     # largest magnitude; frexp(0) = (0, 0)) and v' = v·2^ex, exact where it comes back bit for bit. The
     # other instances go through _rescale itself, in order (its finer test, or the contract's error).
-    B = len(items)
-    ex = np.frexp(np.max(np.abs(X.reshape(B, -1)), axis=1, initial=0.0))[1]
-    ez = np.frexp(np.max(np.abs(z.reshape(B, -1)), axis=1, initial=0.0))[1]
+    ex = np.frexp(_max_magnitude(X.reshape(B, -1)))[1]
+    ez = np.frexp(_max_magnitude(z.reshape(B, -1)))[1]
     with np.errstate(over="ignore"):
         vs = np.ldexp(v, ex[:, None])
         exact = np.isfinite(vs).all(axis=1) & (np.ldexp(vs, -ex[:, None]) == v).all(axis=1)

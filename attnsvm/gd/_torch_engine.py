@@ -220,6 +220,7 @@ class BatchEngine:
         self._fused = self._init_fused(kernel, X)
         del self._Xd  # the constant data are formed: no reference to the caller's X is kept
         self._last_l: Any | None = None  # the logits of the last gradient call (see _last_logits)
+        self._last_fused = False  # the last gradient call was the fused kernel's (see _last_margins)
 
     def _init_data(
         self, X: Any, Y: Any, z: Any, v: Any, allowed: NDArray[np.bool_] | None, kw: dict[str, Any]
@@ -249,20 +250,32 @@ class BatchEngine:
         self.zT = self.zB.transpose(1, 2).contiguous()  # (B, d, n)
         self.Y = torch.as_tensor(Y, **kw).contiguous()  # (B, n)
         vt = torch.as_tensor(v, **kw).T.contiguous()  # (d, B)
-        # token values a_it = x_itᵀ v_b: one batched product over X's own layout (bit for bit the einsum over
-        # Xt, "tkbi,kb->tbi", in a third of its time), then to (T, B, n)
         self._Xd = Xd  # (B, n, T, d), for the constant data below (deleted at the end of the constructor)
-        self.a = self._values_of(Xd, vt)
+        self.a = self._values_of(vt)  # token values a_it = x_itᵀ v_b, (T, B, n)
         self.gamma = (self.a * self.Y).contiguous()  # token scores γ_it = Y_i a_it, constant
         # Δ_b = 2 max|γ| bounds |δ_it| = |γ_it − γ_ir| (fast-path underflow test); ≥ tiny so 0·Δ = 0.
         self.delta_bound = (2 * self.gamma.abs().amax(dim=0).amax(dim=-1)).clamp_min(_TINY)
         return vt
 
-    def _values_of(self, Xd: Any, vt: Any) -> Any:
-        """``Σ_k X[b, i, t, k]·v[k, b]`` as ``(T, B, n)``, contiguous (``Xd`` ``(B, n, T, d)``, ``vt`` ``(d, B)``)."""
-        B, n, T, d = self.B, self.n, self.T, self.d
-        out = self.torch.bmm(Xd.reshape(B, n * T, d), vt.T.reshape(B, d, 1)).view(B, n, T)
-        return out.permute(2, 0, 1).contiguous()
+    def _values_of(self, vt: Any, *, magnitude: bool = False) -> Any:
+        """``a_it = Σ_k x_itk v_k`` (``magnitude``: ``m_it = Σ_k |x_itk| |v_k|``) as ``(T, B, n)``, from ``Xt``.
+
+        Summed over ``k = 0, …, d−1`` in that order, one multiply-add per feature over the contiguous slab
+        ``Xt[:, k]`` (``vt`` is ``vᵀ``, ``(d, B)``): error ``≤ d·eps·m_it``, and each entry depends on its own
+        token alone (the same bits in any batch). A batched matrix product of ``(n·T, d)`` by ``(d, 1)`` blocks
+        took ten times longer for these shapes."""
+        T, d, B, n = self.Xt.shape
+        torch = self.torch
+        w = vt.abs() if magnitude else vt
+        slab = torch.empty((T, B, n), dtype=vt.dtype, device=vt.device) if magnitude else None
+
+        def feature(k: int) -> Any:
+            return torch.abs(self.Xt[:, k], out=slab) if magnitude else self.Xt[:, k]
+
+        out = torch.mul(feature(0), w[0].view(B, 1))
+        for k in range(1, d):
+            out.addcmul_(feature(k), w[k].view(B, 1))
+        return out
 
     def _init_scales(self, lo: Any, fast: bool, kw: dict[str, Any]) -> None:
         """The scales of the rounding tests and the fast path's acceptance constants.
@@ -340,7 +353,7 @@ class BatchEngine:
         torch = self.torch
         T, d = self.T, self.d
         # The values' own rounding: a_it = vᵀx_it is known to ±d·eps·m_it, m_it = Σ_k |v_k x_itk|.
-        self.amag = self._values_of(self._Xd.abs(), vt.abs())  # m_it
+        self.amag = self._values_of(vt, magnitude=True)  # m_it
         self._amag_max = self.amag.amax(dim=0)  # (B, n)
         # constant factor of the cheap value bound (see _value_bound_log): 4·d·eps·max m·max||x|| ||z||
         # per sequence, and its log (−inf for a sequence with no value or no query: it adds nothing)
@@ -360,14 +373,15 @@ class BatchEngine:
         # and its copy have bitwise equal values, so their difference is exact (no rounding charged).
         # Rows compared as d·8 raw bytes ((B, n, T, T), not (…, d)); + 0.0 turns −0 into +0, so that the
         # test is the single form's X_t == X_u.
-        Xn = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
+        X = np.asarray(X, dtype=np.float64)
         # Equal first features are necessary for equal rows (finite data: bitwise equality after + 0.0 is
         # float equality): where no two tokens of a sequence share it (the usual case, one cheap pass),
         # every token is its own class, as the full test below would find (masked or not).
-        x0 = Xn[..., 0]  # (B, n, T)
+        x0 = X[..., 0]  # (B, n, T)
         if int(np.count_nonzero(x0[:, :, :, None] == x0[:, :, None, :])) == x0.size:
             cls = np.broadcast_to(np.arange(T), x0.shape).copy()  # only t == u matched
         else:
+            Xn = np.ascontiguousarray(X + 0.0)
             rows = Xn.view(np.dtype((np.void, 8 * d)))[..., 0]  # (B, n, T)
             same = rows[:, :, :, None] == rows[:, :, None, :]  # (B, n, T, T)
             if allowed is not None:
@@ -533,8 +547,11 @@ class BatchEngine:
         # the exact logs of ||x|| ||z||, (T, B, n), and of its max, (B, n); which sequences are live
         self._log_xz = torch.log(self._xz)
         self._log_xz_max = torch.log(self._xz_max)
-        ax = np.max(np.abs(X), axis=(2, 3))  # (B, n) (masked keys are zero)
+        Xd = self._Xd  # X as a tensor: max(max x, −min x) per sequence, without a temporary of X's size
+        ax = self.torch.maximum(Xd.amax(dim=(2, 3)), Xd.amin(dim=(2, 3)).neg()).cpu().numpy()  # (B, n)
         az = np.max(np.abs(z), axis=2)  # (B, n)
+        #: each instance's largest key and query entry, ``max|x|`` and ``max|z|``, as the engine holds them: (B,)
+        self._key_max, self._query_max = ax.max(axis=1), az.max(axis=1)
         av = np.max(np.abs(v), axis=1)  # (B,)
         kx = np.frexp(np.where(ax > 0, ax, 1.0))[1].astype(np.int64)
         kz = np.frexp(np.where(az > 0, az, 1.0))[1].astype(np.int64)
@@ -688,26 +705,64 @@ class BatchEngine:
         other instances of its batch run the engine as before (an instance whose ``G`` comes out below
         :data:`G_TINY` takes the single form at that call only, :meth:`_parts`).
         """
-        B, n, T, d = X.shape
-        # an entry 2^−511 below its row's largest (each sequence's keys, each instance's v), from the entries'
-        # own exponents: split_rows would flush entries 2^1074 below the largest to 0 and hide them
-        spread = self._spread_rows(X.reshape(B * n, T * d)).reshape(B, n).any(axis=1) | self._spread_rows(v)
-        # the values as the engine forms them (instances that are not mixed: X and v as held), per token:
-        # the largest product's exponent bound; smaller products lose ≤ 2^−1075 each, within d·eps·m
-        with np.errstate(divide="ignore"):
-            ex = np.where(X != 0, np.frexp(X)[1], -(1 << 20)).astype(np.int64)  # (B, n, T, d)
-            ev = np.where(v != 0, np.frexp(v)[1], -(1 << 20)).astype(np.int64)  # (B, d)
-        top = np.max(ex + ev[:, None, None, :], axis=3)  # (B, n, T); ≤ −2^20 for a token without a product
-        low = np.any((top > -(1 << 19)) & (top < self.VALUE_EXPONENT_MIN), axis=(1, 2))
-        if self._mixed is not None:
-            low &= ~self._mixed.cpu().numpy()
-        spread |= low
+        B = X.shape[0]
+        spread = np.zeros(B, dtype=bool)
+        cand = np.flatnonzero(~self._plainly_unspread(v))
+        if cand.size:
+            split, low = self._spread_exact(X[cand], v[cand])
+            if self._mixed is not None:
+                low &= ~self._mixed.cpu().numpy()[cand]  # a mixed instance scales each sequence on its own
+            spread[cand] = split | low
         self._spread: Any | None = None
         self._spread_idx: list[int] = [int(b) for b in np.flatnonzero(spread)]
         #: the engine's arrays of an instance that took the single form (masked keys zeroed), and its mask
         self._core_data: dict[int, tuple[FloatArray, FloatArray, FloatArray, FloatArray, Any]] = {}
         if self._spread_idx:
             self._spread = self.torch.as_tensor(spread, device=self.Xt.device)
+
+    #: The cheap screen of :meth:`_plainly_unspread` holds within ``SPREAD_SCREEN`` = 2^−509 of each row's largest
+    #: entry (2 below the split criterion's 2^−511: an entry ``≥ max·2^−509`` has a ``frexp`` exponent at most 509
+    #: below the maximum's) and, for the values, on entries ``≥ 2^−510`` (a product of two such entries has
+    #: exponents summing to at least ``−1018 ≥ VALUE_EXPONENT_MIN``).
+    SPREAD_SCREEN = 2.0**-509
+    _VALUE_SCREEN = 2.0**-510
+
+    def _plainly_unspread(self, v: FloatArray) -> NDArray[np.bool_]:
+        """Per instance, ``True`` where :meth:`_spread_exact` is surely ``False``, from each sequence's largest and
+        smallest nonzero ``|x|`` and ``v``'s (a few passes over ``X``, instead of the exponents of every entry).
+
+        Not spread where, in each sequence and in ``v``, the smallest nonzero entry is at least
+        :data:`SPREAD_SCREEN` times the largest, the largest being 0 or at least 2^−500 (so that the product is
+        exact: a smaller row goes to the exact test), and every nonzero entry of ``X`` and ``v`` is at least
+        ``2^−510`` (no product of them leaves the normal range)."""
+        B, n, T, d = self._Xd.shape
+        A = self._Xd.abs().reshape(B * n, T * d)
+        big = A.amax(dim=1)
+        small = A.masked_fill_(A == 0, math.inf).amin(dim=1)  # +inf for a sequence of zeros
+        ok_x = ((big == 0) | ((big >= 2.0**-500) & (small >= big * self.SPREAD_SCREEN))).view(B, n).all(dim=1)
+        low_x = small.view(B, n).amin(dim=1)
+        va = np.abs(v)
+        v_big = va.max(axis=1)
+        v_small = np.where(va > 0, va, np.inf).min(axis=1)
+        ok_v = (v_big == 0) | ((v_big >= 2.0**-500) & (v_small >= v_big * self.SPREAD_SCREEN))
+        values = (low_x >= self._VALUE_SCREEN).cpu().numpy() & (v_small >= self._VALUE_SCREEN)
+        return ok_x.cpu().numpy() & ok_v & values
+
+    def _spread_exact(self, X: FloatArray, v: FloatArray) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+        """The two tests of :meth:`_init_spread` on instances ``X`` ``(k, n, T, d)``, ``v`` ``(k, d)``, from every
+        entry's own exponent: ``(split, low)``, the split criterion and a token value below the normal range."""
+        k, n, T, d = X.shape
+        # an entry 2^−511 below its row's largest (each sequence's keys, each instance's v), from the entries'
+        # own exponents: split_rows would flush entries 2^1074 below the largest to 0 and hide them
+        split = self._spread_rows(X.reshape(k * n, T * d)).reshape(k, n).any(axis=1) | self._spread_rows(v)
+        # the values as the engine forms them (instances that are not mixed: X and v as held), per token:
+        # the largest product's exponent bound; smaller products lose ≤ 2^−1075 each, within d·eps·m
+        with np.errstate(divide="ignore"):
+            ex = np.where(X != 0, np.frexp(X)[1], -(1 << 20)).astype(np.int64)  # (k, n, T, d)
+            ev = np.where(v != 0, np.frexp(v)[1], -(1 << 20)).astype(np.int64)  # (k, d)
+        top = np.max(ex + ev[:, None, None, :], axis=3)  # (k, n, T); ≤ −2^20 for a token without a product
+        low = np.any((top > -(1 << 19)) & (top < self.VALUE_EXPONENT_MIN), axis=(1, 2))
+        return split, low
 
     def _core_arrays(self, b: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, Any]:
         """``(X', Y, z', v', mask)`` of instance ``b`` as the engine holds it, NumPy (kept once formed)."""
@@ -815,6 +870,7 @@ class BatchEngine:
     def logits(self, W: Any) -> Any:
         """Logits ``l_it = x_itᵀ (W z_i)``, shape ``(T, B, n)`` (a reused buffer); ``−inf`` at a masked token."""
         self._last_l = None  # the buffer below is overwritten
+        self._last_fused = False
         self._q.copy_(self.torch.bmm(W, self.zT, out=self._qB).transpose(0, 1))  # (d, B, n): q_i = W z_i
         l, Xk, qk = self._l, self._X_feat, self._q_feat
         self.torch.mul(Xk[0], qk[0], out=l)
@@ -1342,6 +1398,19 @@ class BatchEngine:
         :meth:`log_s` (:func:`attnsvm.gd.run_gd_batch` records from it right after the gradient)."""
         return self._last_l
 
+    def _last_margins(self) -> tuple[Any, Any, Any] | None:
+        """``(u, r, held)`` of the last :meth:`gradient` call where the fused kernel made it, else ``None``: the
+        margins ``u_i = Y_i f_i`` (cancellation-free) and the selected tokens ``r_i`` (first maximisers of the
+        logits), ``(B, n)`` buffers valid until the next call of :meth:`gradient`, and the ``(B,)`` bool of the
+        instances they hold for (the kernel's own: not handed back, not taken by the single form); the others'
+        come from :meth:`_last_logits` (:meth:`_margins_of_log_s`, ``_first_argmax``)."""
+        if not self._last_fused or self._fused is None:
+            return None
+        held = self._fused.flag == 0
+        if self._last_core:
+            held[self._last_core] = False
+        return self._fused.margin, self._fused.token, held
+
     def _parts_fused(self, W: Any) -> tuple[Any, Any, Any, Any | None]:
         """:meth:`_parts_engine` by the fused kernel (:mod:`attnsvm.gd._fused`): the log-domain direction of
         every instance in one pass over ``X``; the instances it hands back (ties in score with the selected
@@ -1355,6 +1424,7 @@ class BatchEngine:
         log_norm = fused(W, G)
         l = fused.logits  # (T, B, n), as logits() gives
         self._last_l = l
+        self._last_fused = True
         self._check_undetermined(W, l)
         self.stats["fused"] += 1
         self._last_log = True
@@ -1484,5 +1554,14 @@ class BatchEngine:
 
     def _risk_of_log_s(self, log_s: Any) -> Any:
         """:meth:`risk` from ``log s`` (the second element of :meth:`log_s` at the same ``W``)."""
-        f = (self.torch.exp(log_s) * self.a).sum(dim=0)
-        return self.lo.value(self.Y * f).mean(dim=-1)
+        return self._risk_of_margins(self._margins_of_log_s(log_s))
+
+    def _margins_of_log_s(self, log_s: Any, idx: Any | None = None) -> Any:
+        """``u_i = Y_i f_i``, ``f_i = Σ_t s_it a_it``, ``(B, n)`` from ``log s`` ``(T, B, n)``; with ``idx``, ``log s``
+        holds those instances only ``(T, k, n)`` and so does the result."""
+        a, Y = (self.a, self.Y) if idx is None else (self.a.index_select(1, idx), self.Y[idx])
+        return Y * (self.torch.exp(log_s) * a).sum(dim=0)
+
+    def _risk_of_margins(self, u: Any) -> Any:
+        """``L = (1/n) Σ_i ℓ(u_i)`` per instance from the margins ``u`` ``(B, n)``."""
+        return self.lo.value(u).mean(dim=-1)
