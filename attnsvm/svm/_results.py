@@ -64,7 +64,10 @@ class MinNormSolution:
       error_bound: first-order bound on the relative error of ``w``: ``cond(K_S)·eps`` plus what the
         active-set step's tolerances can leave (inequality multipliers held slightly negative, rows violated
         at rounding level; :func:`attnsvm.svm._dual._fro_error_bound`, the bound of ``solve_svm``).
-      certified: ``error_bound`` and every KKT residual are ``≤ CERTIFY_RTOL``.
+      certified: ``error_bound`` and every KKT residual are ``≤ CERTIFY_RTOL``, and no row left out of the
+        tight set is violated by enough to need a multiplier significant among the rows as posed (``2^{−k_r}``
+        times its violation above ``MULTIPLIER_RTOL`` of the largest weighted multiplier): the norm-wise
+        residuals cannot see a row whose ``b_r`` is far below the others (:func:`attnsvm.svm._dual._rows_resolved`).
       method: how the active set was found (``"active-set"`` from the hint, ``"nnls+active-set"``,
         ``"nnls"`` when the refinement failed and the NNLS point is returned uncertified, or
         ``"trivial"`` when no row needs ``w ≠ 0`` (inequality right-hand sides ``≤ 0``, equality ones
