@@ -196,9 +196,10 @@ def joint_grads(
     ``∇_v L = (1/n) Σ_i ℓ'(Y_i f_i) Y_i X_iᵀ s_i``; ``∇_p L`` as :func:`attnsvm.peers._prompt.prompt_grad`
     with head ``v`` (cancellation-free).
 
-    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; each to ``≲ nT·eps`` relative to
-    its largest entry; raises :class:`NumericalError` when either largest entry is not a normal
-    double (use :func:`normalized_joint_grads`).
+    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; ``∇_p L`` normwise as
+    :func:`attnsvm.peers._prompt.prompt_grad` (``nT(d+T)·eps`` relative where the keys and values do not
+    cancel), ``∇_v L`` to ``≲ nT·eps`` relative to its largest entry; raises :class:`NumericalError` when
+    either largest entry is not a normal double (use :func:`normalized_joint_grads`).
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
     """
@@ -214,8 +215,10 @@ def normalized_joint_grads(
 ) -> tuple[GradDirection, GradDirection]:
     """Separately normalized directions of ``∇_v L`` and ``∇_p L`` (log-domain), each with its log-norm.
 
-    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; directions to ``≲ nT·eps`` per
-    entry; never over/underflows (raises :class:`NumericalError` only for an exactly zero block).
+    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; the ``p`` direction as
+    :func:`attnsvm.peers._prompt.normalized_prompt_grad` (``≲ (nT + T + d)·eps`` per entry where the keys and
+    values do not cancel), the ``v`` direction to ``≲ nT·eps`` per entry; never over/underflows (raises
+    :class:`NumericalError` only for an exactly zero block).
     """
     require_unmasked(inst, "attnsvm.peers.normalized_joint_grads")
     lo = get_loss(loss)

@@ -223,8 +223,9 @@ def multitoken_grad(
     convention ``ReLU'(0) = 0`` applies there). Cancellation-free (core gradient on augmented,
     power-of-two rescaled data: ``∇L = 2^(ex+ez+ea)`` times the rescaled one).
 
-    Scale: any finite data with ``max|W|·max|x|·max|z|`` below 1.8e308; to ``≲ nT·eps`` relative
-    to ``max|∇L|``; raises :class:`NumericalError` when ``max|∇L|`` is not a normal double (use
+    Scale: any finite data with ``max|W|·max|x|·max|z|`` below 1.8e308; as ``risk_grad`` (the core gradient
+    it is), normwise to ``≲ nT(d+T)·eps·Σ_it |w_it|·||x_it|| ||z_i||`` plus the values' rounding: ``nT(d+T)·eps``
+    relative to ``||∇L||`` where the values do not cancel; raises :class:`NumericalError` when ``max|∇L|`` is not a normal double (use
     :func:`normalized_multitoken_grad`).
 
     References: Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898.
@@ -243,8 +244,8 @@ def normalized_multitoken_grad(
 ) -> GradDirection:
     """Unit ``∇L/||∇L||_F`` (log-domain) and ``log||∇L||_F`` of the multi-token risk.
 
-    Scale: any finite data with ``max|W|·max|x|·max|z|`` below 1.8e308; the direction to
-    ``≲ nT·eps`` per entry; never over/underflows.
+    Scale: any finite data with ``max|W|·max|x|·max|z|`` below 1.8e308; as ``normalized_risk_grad``, the
+    direction to ``≲ (nT + T + d)·eps`` per entry where the values do not cancel; never over/underflows.
     """
     require_unmasked(inst, "attnsvm.peers.normalized_multitoken_grad")
     lo = get_loss(loss)

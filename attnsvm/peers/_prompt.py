@@ -31,7 +31,9 @@ Likewise the p-SVM is the core Att-SVM on keys ``X' = K`` with constant query ``
 Scale contract (issue 13). Keys, values, logits, SVM rows and the core gradient are formed from
 power-of-two mantissas (largest entry in ``[½, 1)``) and the exponents are carried separately
 (``k = 2^K·k'``, ``vᵀx = 2^A·a'``, ``W_eff = 2^K·p e_0ᵀ``, the loss evaluated at ``2^A·u'``), so
-no intermediate over- or underflows; an answer is put back with one exact ``ldexp`` and refused
+no intermediate over- or underflows (where one power of two per array would round the small entries of a
+``v``, ``W`` or ``p`` spanning beyond the range to a few-bit subnormal, keys, values and logits are formed
+from per-entry exponents: :func:`product_mantissa`); an answer is put back with one exact ``ldexp`` and refused
 with :class:`~attnsvm.NumericalError` (:func:`attnsvm.scaling.range_error`) only when its largest
 entry is not a normal double. The helpers of that section are shared by :mod:`attnsvm.peers._joint`,
 :mod:`attnsvm.peers._mirror` and :mod:`attnsvm.peers._multitoken`.
@@ -57,7 +59,7 @@ from ..gd import projected_path
 from ..gd._single import record_steps
 from ..model._attention import logits_of
 from ..model._grad import CANCELLED_MESSAGE, GradDirection, normalized_risk_grad_of, risk_grad_of
-from ..model._instance import Instance, require_unmasked
+from ..model._instance import Instance, _products_exact, require_unmasked, token_values, values_split_mag
 from ..model._losses import Loss, LossLike, get_loss
 from ..scaling import FLOAT_TINY, LOG_FLOAT_MAX, LOG_FLOAT_TINY, pow2_split, range_error
 from ..svm import SUPPORT_RTOL, KKTResiduals, MinNormSolution, min_norm_dual
@@ -427,20 +429,46 @@ class PromptData(NamedTuple):
     A: int
 
 
-def keys_mantissa(X: FloatArray, W: FloatArray) -> tuple[FloatArray, int]:
-    """``(ks, K)`` with ``k_it = Wᵀx_it = 2^K·ks_it``, formed from rescaled ``X`` and ``W`` (no overflow)."""
+def product_mantissa(X: FloatArray, V: FloatArray) -> tuple[FloatArray, int]:
+    """``(M, E)`` with ``X @ V = 2^E·M``, ``max|M| ∈ [½, 1)`` (all zero: ``E = 0``); ``V`` of shape ``(d,)`` or ``(d, m)``.
+
+    ``M`` from ``X'V'`` with ``X = 2^ex·X'`` and ``V = 2^ev·V'`` (one power of two each) while every product of
+    the rescaled data is a normal double (:func:`attnsvm.model._instance._products_exact`: ordinary data, bit
+    for bit as before). Otherwise ``X`` or ``V`` spans beyond the range and ``X'`` or ``V'`` rounded its small
+    entries to a few-bit subnormal (``v = (2^1000, 2^−60)``: values ``2^−60`` and ``2^−60·(1 + 2^−20)`` came out
+    equal, and so did keys through ``W = diag(2^1000, 2^−60)``): each entry is formed from per-entry exponents
+    (:func:`attnsvm.model._instance.token_values`, one column of ``V`` at a time) and aligned on the largest, so
+    an entry loses at most ``2^−1075·2^E`` absolute beyond its own ``d·eps`` (one exponent for the whole array:
+    an entry more than 2^1074 below the largest still rounds on its subnormal grid).
+    """
     Xs, ex = pow2_split(X)
-    Ws, ew = pow2_split(W)
-    ks, ek = pow2_split(Xs @ Ws)  # |Xs @ Ws| ≤ d: no overflow
-    return ks, ex + ew + ek
+    Vs, ev = pow2_split(V)
+    if _products_exact(X, np.ravel(V), np.full(np.shape(X)[:1], ex, dtype=np.int64), ev):
+        M, em = pow2_split(Xs @ Vs)  # |X'V'| ≤ d: no overflow
+        return M, ex + ev + em
+    if np.ndim(V) == 1:
+        a, _, e = token_values(X, V)  # X@V = a·2^e per entry
+    else:  # one column of V at a time, stacked on the last axis
+        cols = [token_values(X, V[:, j]) for j in range(V.shape[1])]
+        a, _, e = (np.stack(parts, axis=-1) for parts in zip(*cols, strict=True))
+    live = a != 0  # (a term-free entry, or one whose terms cancel exactly, is 0)
+    if not np.any(live):
+        return np.zeros(np.shape(a)), 0
+    # aligned on the largest entry itself (not on its largest term: an entry that cancels would round twice)
+    top = int(np.max((e + np.frexp(a)[1])[live]))
+    with np.errstate(under="ignore"):
+        M = np.ldexp(a, np.where(live, e - top, 0))  # max|M| ∈ [½, 1); the others on its grid
+    return M, top
+
+
+def keys_mantissa(X: FloatArray, W: FloatArray) -> tuple[FloatArray, int]:
+    """``(ks, K)`` with ``k_it = Wᵀx_it = 2^K·ks_it`` (no overflow; :func:`product_mantissa`, ``V = W``)."""
+    return product_mantissa(X, W)
 
 
 def values_mantissa(X: FloatArray, v: FloatArray) -> tuple[FloatArray, int]:
-    """``(As, A)`` with ``vᵀx_it = 2^A·As_it`` (rescaled product, no overflow)."""
-    Xs, ex = pow2_split(X)
-    vs, ev = pow2_split(v)
-    As, ea = pow2_split(Xs @ vs)
-    return As, ex + ev + ea
+    """``(As, A)`` with ``vᵀx_it = 2^A·As_it`` (no overflow; :func:`product_mantissa`, ``V = v``)."""
+    return product_mantissa(X, v)
 
 
 def prompt_data(inst: Instance, W: FloatArray, v: FloatArray | None = None) -> PromptData:
@@ -467,10 +495,10 @@ def embed_prompt(p: FloatArray) -> FloatArray:
 
 
 def prompt_log_attention(data: PromptData, p: FloatArray) -> FloatArray:
-    """``log s_it`` of logits ``k_itᵀp = 2^(K+ep)·(ks·ps)`` (never overflows)."""
-    ps, ep = pow2_split(p)
-    L, el = pow2_split(data.ks @ ps)
-    return scaled_log_softmax(L, data.K + ep + el)
+    """``log s_it`` of logits ``k_itᵀp = 2^(K+el)·L`` (:func:`product_mantissa` of ``ks`` and ``p``; never
+    overflows)."""
+    L, el = product_mantissa(data.ks, p)
+    return scaled_log_softmax(L, data.K + el)
 
 
 def prompt_risk_of(
@@ -521,7 +549,8 @@ def normalized_prompt_grad_of(data: PromptData, Y: FloatArray, p: FloatArray, lo
 def prompt_keys(inst: Instance, W: ArrayLike) -> FloatArray:
     """Keys ``k_it = Wᵀ x_it``, shape ``(n, T, d)``.
 
-    Scale: any finite ``X``, ``W`` (formed from power-of-two mantissas); each key to absolute error
+    Scale: any finite ``X``, ``W`` (formed from power-of-two mantissas, from per-entry exponents where ``W`` or
+    ``X`` spans beyond the range: :func:`product_mantissa`); each key to absolute error
     ``≲ d·eps·max|k|``; raises :class:`NumericalError` when ``max|k|`` is not a normal double.
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
@@ -534,13 +563,14 @@ def prompt_keys(inst: Instance, W: ArrayLike) -> FloatArray:
 def prompt_logits(inst: Instance, W: ArrayLike, p: ArrayLike) -> FloatArray:
     """Logits ``l_it = x_itᵀ W p = k_itᵀ p``, shape ``(n, T)``.
 
-    Scale: any finite data; each logit to absolute error ``≲ 2d·eps·max|l|``; raises
-    :class:`NumericalError` when ``max|l|`` is not a normal double.
+    Scale: any finite data (``W`` or ``p`` spanning beyond the range included: keys and logits from per-entry
+    exponents there); each logit to absolute error ``≲ 2d·eps·max|l|``; raises :class:`NumericalError` when
+    ``max|l|`` is not a normal double.
     """
     require_unmasked(inst, "attnsvm.peers.prompt_logits")
     ks, K = keys_mantissa(inst.X, inst.check_weights(W))
-    ps, ep = pow2_split(check_prompt(inst, p))
-    return put_back(ks @ ps, K + ep, "the prompt logits k_itᵀp")
+    L, el = product_mantissa(ks, check_prompt(inst, p))
+    return put_back(L, K + el, "the prompt logits k_itᵀp")
 
 
 def prompt_attention(inst: Instance, W: ArrayLike, p: ArrayLike) -> FloatArray:
@@ -589,8 +619,11 @@ def prompt_grad(
     i.e. with ``vᵀx_it − f_i = Σ_u s_iu (vᵀx_it − vᵀx_iu)``, on keys and values rescaled by
     powers of two (the gradient is ``2^(K+A)`` times the rescaled one).
 
-    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; to ``≲ nT·eps`` relative to
-    ``max|∇_p L|``; raises :class:`NumericalError` when ``max|∇_p L|`` is not a normal double
+    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308 (a ``v`` spanning beyond the range included:
+    values from per-entry exponents, as ``Instance.values``); as ``risk_grad``, normwise to
+    ``≲ nT(d+T)·eps·Σ_it |w_it|·||k_it||`` plus the values' rounding, ``w_it = ℓ'(Y_i f_i)·s_it·(a_it − f_i)/n``:
+    ``nT(d+T)·eps`` relative to ``||∇_p L||`` where the keys and values do not cancel (keys and values
+    ``2^−20`` apart: 1.4e-10 measured); raises :class:`NumericalError` when ``max|∇_p L|`` is not a normal double
     (use :func:`normalized_prompt_grad` there).
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596.
@@ -615,8 +648,10 @@ def normalized_prompt_grad(
 ) -> GradDirection:
     """Unit direction ``∇_p L/||∇_p L||`` and ``log||∇_p L||``, exact after ``∇_p L`` underflows.
 
-    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308; the direction to ``≲ nT·eps``
-    per entry, ``log||∇_p L||`` to ``≲ nT·eps·(1 + |log||∇_p L|||)`` absolute; never over/underflows.
+    Scale: any finite data with ``max|p|·max|k|`` below 1.8e308 (values as :func:`prompt_grad`); as
+    ``normalized_risk_grad``, the direction and ``log||∇_p L||`` to ``2·bound/||∇_p L||`` (``bound``:
+    :func:`prompt_grad`'s), i.e. ``≲ (nT + T + d)·eps`` per entry and ``(nT + T + d)·eps·(1 + |log||∇_p L|||)``
+    absolute where the keys and values do not cancel; never over/underflows.
 
     References: Tarzanagh, Li, Zhang, Oymak, arXiv 2306.13596 (normalized GD on ``p``).
 
@@ -710,14 +745,14 @@ def _explain_infeasible(rows: FloatArray, pairs: NDArray[np.intp], what: str) ->
 
 
 def scaled_alpha(inst: Instance, alpha: ArrayLike | None) -> NDArray[np.intp]:
-    """``inst.check_alpha(alpha)``; the default (optimal tokens) from power-of-two rescaled ``X``, ``v``
-    (argmax and ties are invariant under positive scaling)."""
+    """``inst.check_alpha(alpha)``: ``None`` → ``opt_i = argmax_t Y_i vᵀx_it`` (:meth:`Instance.optimal_tokens`,
+    any finite data: each sequence rescaled on its own, values from per-entry exponents where ``v`` spans the
+    range)."""
     require_unmasked(inst, "attnsvm.peers.scaled_alpha")
-    if alpha is not None:
-        return inst.check_alpha(alpha)
-    Xs, _ = pow2_split(inst.X)
-    vs, _ = pow2_split(inst.v)
-    return Instance(Xs, inst.Y, vs, np.ones((inst.n, inst.d))).check_alpha(None)
+    # Instance.optimal_tokens is scale-safe itself (per-sequence rescaling, per-entry exponents where v or a key
+    # spans beyond the range). An instance of X·2^−ex and v·2^−ev (one power of two each) rounded small entries of
+    # a v spanning more than 2^1022 to a few-bit subnormal: a false tie, or the order of two scores flipped.
+    return inst.check_alpha(alpha)
 
 
 def _solve_prompt_scaled(
@@ -819,8 +854,9 @@ def prompt_local_optimality(inst: Instance, W: ArrayLike, alpha: ArrayLike | Non
         _, _, pairs, sol, _ = _solve_prompt_scaled(inst, Wa, a)
     except InfeasibleSVMError:
         return False
-    As, _ = values_mantissa(inst.X, inst.v)
-    g = inst.Y[:, None] * As  # scores / 2^A: the same order
+    # per sequence, from per-entry exponents where v spans the range (one scale for X and v flushed v's small entries)
+    As, _, _ = values_split_mag(inst.X, inst.v)
+    g = inst.Y[:, None] * As  # scores / 2^e_i: the same order within each sequence
     return all(g[i, a[i]] > g[i, t] for i, t in pairs[sol.support])
 
 
@@ -871,7 +907,7 @@ def _cos(a: FloatArray, b: FloatArray) -> float:
 
 def _tokens(data: PromptData, p: FloatArray) -> NDArray[np.intp]:
     """``argmax_t k_itᵀp`` from the mantissas (the order of the logits is scale-invariant)."""
-    return np.argmax(data.ks @ pow2_split(p)[0], axis=1).astype(np.intp)
+    return np.argmax(product_mantissa(data.ks, p)[0], axis=1).astype(np.intp)
 
 
 def run_prompt_gd(
