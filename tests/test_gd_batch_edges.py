@@ -327,3 +327,31 @@ def test_recorded_norms_match_the_exact_norm_on_both_sides_of_the_direct_range(e
     with mpmath.workdps(60):
         exact = [float(mpmath.sqrt(mpmath.fsum(mpmath.mpf(float(w)) ** 2 for w in W.ravel()))) for W in W0]
     np.testing.assert_allclose(tr.norms[0], exact, rtol=_norm_tol(3), atol=0)
+
+
+def test_a_start_whose_largest_entry_is_subnormal_is_refused_by_its_index() -> None:
+    """The contract's range error for ``W0[b]`` alone: matrix 1's largest entry is 2^−1060 (subnormal: its entries
+    carry a few bits) beside a normal matrix 0; oracle: run_gd's refusal of that start, by name and index."""
+    insts = [A.random_instance(2, 3, 3, seed=90 + s) for s in range(2)]
+    W0 = np.stack([np.eye(3), np.ldexp(np.eye(3), -1060)])
+    with pytest.raises(NumericalError, match=r"W0\[1\]"):
+        run_gd_batch(insts, 1, 0.1, W0=W0)
+    with pytest.raises(NumericalError, match="W0"):
+        run_gd(insts[1], 1, 0.1, W0=W0[1])
+
+
+def test_a_recorded_norm_beyond_the_range_is_refused() -> None:
+    """``W0 = 2^1022·U`` with nine entries ±1.4: every entry a double (max 1.4·2^1022), ``||W0||_F = 4.2·2^1022``
+    is not (> 2^1024); keys ``X·2^−1022`` and ``v·2^1022`` keep the logits and values those of ``U``. The record
+    at step 0 refuses the norm with the contract's error (oracle: the exact norm, 4.2·2^1022 > FLOAT_MAX)."""
+    e = 1022
+    insts = []
+    for s in range(2):
+        inst = A.random_instance(2, 3, 3, seed=95 + s)
+        v = np.clip(inst.v, -1.9, 1.9)  # v·2^1022 stays a double
+        insts.append(A.Instance(np.ldexp(inst.X, -e), inst.Y, np.ldexp(v, e), inst.z))
+    U = 1.4 * np.where(np.arange(9).reshape(3, 3) % 2 == 0, 1.0, -1.0)
+    W0 = np.ldexp(np.stack([U, U]), e)
+    assert 3 * 1.4 * 2.0**e > np.finfo(np.float64).max and np.all(np.isfinite(W0))
+    with pytest.raises(NumericalError, match="Frobenius norm"):
+        run_gd_batch(insts, 1, math.ldexp(0.1, e), W0=W0, record_at=[0])

@@ -124,21 +124,18 @@ def _fro_batch(Wn: FloatArray, *, m: FloatArray | None = None, work: FloatArray 
     contiguous entries of each matrix is the one it applies to a single matrix) and ``r·2^e``; matrices that
     are 0 or not finite give ``m``, and those whose norm may leave the range (within ``1e-9`` of
     ``LOG_FLOAT_MAX``) go through :func:`_fro` itself (which raises the contract's error where the norm is
-    no double). ``W_b·2^−e`` is a product by the double ``2^−e`` (the correctly rounded result, as ``ldexp``
-    gives, in a third of its time), and ``ldexp`` itself where ``2^−e`` is no double (``m < 2^−1023``).
-    ``work``: a scratch array of ``Wn``'s shape for the scaled squares (a record reuses one: fresh arrays of
-    that size cost page faults comparable to the arithmetic).
+    no double). Each ``max|W_b|`` is 0, not finite or at least ``FLOAT_TINY`` (the records refuse an iterate
+    whose largest entry is subnormal first), so ``2^−e`` is a double and ``W_b·2^−e`` is a product by it (the
+    correctly rounded result, as ``ldexp`` gives, in a third of its time). ``work``: a scratch array of
+    ``Wn``'s shape for the scaled squares (a record reuses one: fresh arrays of that size cost page faults
+    comparable to the arithmetic).
     """
     m = _max_abs(Wn) if m is None else m
     out = m.copy()
     live = (m > 0.0) & np.isfinite(m)
-    e = np.frexp(np.where(live, m, 1.0))[1]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # the entries not live are unused
-        f = np.ldexp(1.0, -e)  # exact powers of two; +inf where 2^−e is no double
-        Ws = np.multiply(Wn, f[:, None, None], out=work)
-        wide = np.flatnonzero(np.isinf(f))
-        if wide.size:
-            Ws[wide] = np.ldexp(Wn[wide], -e[wide, None, None])
+    e = np.frexp(np.where(live, m, 1.0))[1]  # ≥ −1021: 2^−e ≤ 2^1021
+    with np.errstate(divide="ignore", invalid="ignore"):  # the entries not live are unused
+        Ws = np.multiply(Wn, np.ldexp(1.0, -e)[:, None, None], out=work)
         r = np.sqrt(np.sum(np.multiply(Ws, Ws, out=Ws), axis=(1, 2)))
         near = live & ~(np.log(r) + e * _LN2 <= LOG_FLOAT_MAX - 1e-9)
     fine = live & ~near
