@@ -100,6 +100,30 @@ def _value_exponent(v: FloatArray, ex: int) -> int:
     return hi if hi < ex else min(max(lo, ex), hi)
 
 
+#: How far :func:`_rescale` searches for an exponent that carries the token values, in binades either side of the
+#: one :func:`_value_exponent` finds (the keys' rounding at ``X·2^−c`` changes by one binade per step of ``c``;
+#: data whose keys span more than that within a token are refused as before).
+CARRY_SEARCH = 64
+
+
+def _carried(inst: Instance, z1: FloatArray, ex: int, c: int) -> tuple[FloatArray, bool]:
+    """``(X'', ok)``: ``X'' = keys·2^−c`` and whether exponent ``c`` carries the instance's token values:
+    :func:`_keys_carry`, ``v'' = v·2^−c`` exact or rounded harmlessly (:func:`_v_exact`, each token scaled on its
+    own: linear in each token, nothing flushed against others) and ``z'' = z'·2^(c−ex)`` exact."""
+    with np.errstate(under="ignore", over="ignore"):
+        X2 = np.ldexp(inst.keys, -c)  # from the keys themselves (X·2^−ex flushes entries that X·2^−c keeps)
+    with np.errstate(under="ignore", over="ignore"):
+        v2 = ldexp_scale(inst.v, -c)
+    if not bool(np.all(np.isfinite(v2))):
+        return X2, False
+    ok = (
+        _keys_carry(inst.keys, X2, v2, c)
+        and _v_exact(inst.v, np.abs(split_rows(X2, 2)[0]), c)
+        and _moved_exactly(z1, c - ex)
+    )
+    return X2, ok
+
+
 def _keys_carry(keys: FloatArray, X2: FloatArray, v2: FloatArray, c: int) -> bool:
     """``X'' = keys·2^−c`` carries the token values ``x''ᵀv''``: finite, and every entry comes back bit for bit,
     or the entries that do not (rounded below the normal range, each by at most 2^−1075) move no value by
@@ -137,7 +161,8 @@ def _rescale(inst: Instance, *, shift: bool = False) -> _Scaled:
     (or round harmlessly, :func:`_v_exact`), else the instance is refused. With ``shift`` (``run_gd``, ``run_gd_batch``, ``run_gd_kq``, ``regularization_path``), where
     it is not, the values are decided by :meth:`Instance.values` itself (the contract's rule: refused when a
     value exceeds 1.8e308 or a nonzero one underflows), and normal values are carried by ``v'' = v·2^c`` with
-    ``c`` as near ``ex`` as :func:`_value_exponent` finds, ``X'' = X·2^−c`` (from the keys themselves, exact or
+    ``c`` as near ``ex`` as :func:`_value_exponent` finds (or, where the keys round there, the nearest exponent
+    within ``CARRY_SEARCH`` binades of it that carries them, :func:`_carried`), ``X'' = X·2^−c`` (from the keys themselves, exact or
     rounded harmlessly for the values, :func:`_keys_carry`) and ``z'' = z'·2^(c−ex)`` (exact), ``k`` unchanged: the logits ``x''ᵀ W' z''``, the values ``x''ᵀ v''`` and
     ``max|x''|·max|z''| < 1`` are those of the unshifted data, so the engine computes the same quantities
     (values near 1 from ``v = (2^−60, 2^1000)`` and keys ``(0.75·2^30, 0.75·2^−1000)`` were refused:
@@ -155,16 +180,13 @@ def _rescale(inst: Instance, *, shift: bool = False) -> _Scaled:
         except NumericalError:
             pass
         else:
-            c = _value_exponent(inst.v, ex)
-            # X'' from the keys themselves (X·2^−ex flushes entries that X·2^−c keeps), each token scaled on
-            # its own for the test of v'' (linear in each token: no overflow, nothing flushed against others)
-            with np.errstate(under="ignore", over="ignore"):
-                X2 = np.ldexp(inst.keys, -c)
-            exact = (
-                _keys_carry(inst.keys, X2, ldexp_scale(inst.v, -c), c)
-                and _v_exact(inst.v, np.abs(split_rows(X2, 2)[0]), c)
-                and _moved_exactly(z1, c - ex)
-            )
+            # the exponent _value_exponent finds first, then its neighbours, nearest first: keys that round at
+            # the first (X·2^−48 subnormal beside values 2^20 ulps apart) may carry one binade away
+            c0 = _value_exponent(inst.v, ex)
+            for c in sorted(range(c0 - CARRY_SEARCH, c0 + CARRY_SEARCH + 1), key=lambda e: (abs(e - c0), e)):
+                X2, exact = _carried(inst, z1, ex, c)
+                if exact:
+                    break
     if not exact:
         # v·2^ex overflowed or went subnormal: the values vᵀx_it (size ~ |v|·|X|) are not normal doubles.
         with np.errstate(over="ignore", invalid="ignore"):

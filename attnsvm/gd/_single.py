@@ -234,8 +234,8 @@ def _settled(record: list[GDRecord], tol: float) -> bool:
         return False
     if not (np.array_equal(r0.tokens, r1.tokens) and np.array_equal(r1.tokens, r2.tokens)):
         return False
-    if not (np.any(r0.W != 0) and np.any(r1.W != 0)):
-        return False
+    if not (np.any(r0.W != 0) and np.any(r1.W != 0) and np.any(r2.W != 0)):
+        return False  # a zero iterate has no direction: not settled (direction_gap would refuse it)
     return direction_gap(r0.W, r1.W) <= tol and direction_gap(r1.W, r2.W) <= tol
 
 
