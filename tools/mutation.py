@@ -132,6 +132,8 @@ TESTS: dict[str, list[str]] = {
         "tests/test_value_exponents.py",
         "tests/test_masked_rescale.py",
         "tests/test_grad_overflowing_loss.py",
+        "tests/test_engine_eager_paths.py",
+        "tests/test_gd_scale_and_build_edges.py",
         "tests/test_masks_batch.py",
         "tests/test_scale_gd.py",
         "tests/test_masks.py",
