@@ -112,7 +112,6 @@ def _carried(inst: Instance, z1: FloatArray, ex: int, c: int) -> tuple[FloatArra
     own: linear in each token, nothing flushed against others) and ``z'' = z'·2^(c−ex)`` exact."""
     with np.errstate(under="ignore", over="ignore"):
         X2 = np.ldexp(inst.keys, -c)  # from the keys themselves (X·2^−ex flushes entries that X·2^−c keeps)
-    with np.errstate(under="ignore", over="ignore"):
         v2 = ldexp_scale(inst.v, -c)
     if not bool(np.all(np.isfinite(v2))):
         return X2, False
